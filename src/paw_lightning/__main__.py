@@ -1,0 +1,4 @@
+from paw_lightning.cli import main
+
+if __name__ == "__main__":
+    main()

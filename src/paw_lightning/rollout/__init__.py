@@ -1,0 +1,1 @@
+"""Rollouts: batched generation, the multi-turn collector, prompts and step samples."""

@@ -1,0 +1,157 @@
+"""The multi-turn rollout loop over an environment pool (ARCHITECTURE.md, data flow 2).
+
+At each step every active environment gets its prompt, the engine samples all responses
+in one batch, actions are parsed and the environments step together; finished episodes
+drop out. A response without a well-formed ``<action>`` is *invalid*: the environment
+receives the raw response (METHODS.md §1) and the step's reward gets ``invalid_penalty``.
+Episodes stop at ``done`` or after ``max_steps`` steps. An environment error ends its
+episode as failed, with the error kept in ``Trajectory.error``.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from paw_lightning import distributed
+from paw_lightning.envs.pool import EnvPool
+from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.rollout.prompts import PromptBuilder, parse_action
+
+
+@dataclass
+class Step:
+    """One transition (h_t, a_t, r_t, o_{t+1})."""
+
+    observation: str  # o_t, also GiGPO's anchor state
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response: str
+    action: str | None  # parsed action, None when the response was invalid
+    reward: float
+    next_observation: str
+    done: bool
+
+
+@dataclass
+class Trajectory:
+    group_id: int
+    traj_id: int
+    task_seed: int
+    steps: list[Step] = field(default_factory=list)
+    won: bool = False
+    error: str | None = None
+
+    @property
+    def total_return(self) -> float:
+        return sum(s.reward for s in self.steps)
+
+    @property
+    def invalid_steps(self) -> int:
+        return sum(s.action is None for s in self.steps)
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A stable 31-bit seed from any parts (no Python ``hash``: it is salted per process)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+class Collector:
+    """Plays ``len(tasks) × group_size`` episodes with the current policy.
+
+    Args:
+        pool: the environment pool; its size must be at least ``len(tasks) × group_size``.
+        engine: batched generation with the current policy.
+        prompt: renders h_t.
+        max_steps: episode cap.
+        invalid_penalty: added to r_t of an invalid step (METHODS.md §1: −0.1 for games).
+    """
+
+    def __init__(self, pool: EnvPool, engine: GenerationEngine, prompt: PromptBuilder, max_steps: int, invalid_penalty: float):
+        self.pool = pool
+        self.engine = engine
+        self.prompt = prompt
+        self.max_steps = max_steps
+        self.invalid_penalty = invalid_penalty
+
+    def collect(
+        self, tasks: list[tuple[int, int]], group_size: int, temperature: float, seed: int, description: str = "rollout", progress: bool = True
+    ) -> list[Trajectory]:
+        """``tasks`` are (group id, task seed) pairs; episode e of a group resets with
+        ``(task_seed, episode=e)``. ``seed`` seeds the sampling of this collection."""
+        trajs = [Trajectory(g, i * group_size + e, s) for i, (g, s) in enumerate(tasks) for e in range(group_size)]
+        if len(trajs) > self.pool.size:
+            raise ValueError(f"{len(trajs)} episodes need a pool of at least that size (it has {self.pool.size})")
+        resets = self.pool.reset_many([(i, t.task_seed, i % group_size) for i, t in enumerate(trajs)])
+        state = {}  # index -> (task, observation, admissible, history)
+        for i, (obs, info) in enumerate(resets):
+            if info.get("error"):
+                trajs[i].error = info["error"]
+            else:
+                state[i] = (info["task"], obs, info["admissible_actions"], [])
+        with _progress(description, len(trajs), enabled=progress and distributed.rank() == 0) as bar:
+            for t in range(self.max_steps):
+                if not distributed.any_across_ranks(bool(state)):
+                    break
+                active = sorted(state)
+                prompts = [self.prompt(*_prompt_args(state[i])) for i in active]
+                generations = self.engine.generate(prompts, temperature, derive_seed(seed, t))
+                actions = [parse_action(g.text) for g in generations]
+                results = self.pool.step_many([(i, a if a is not None else g.text) for i, a, g in zip(active, actions, generations)])
+                for i, gen, action, (obs, reward, done, info) in zip(active, generations, actions, results):
+                    task, prev_obs, _, history = state[i]
+                    penalty = self.invalid_penalty if action is None else 0.0
+                    done = done or t == self.max_steps - 1
+                    step = Step(prev_obs, gen.prompt_ids, gen.response_ids, gen.text, action, reward + penalty, obs, done)
+                    trajs[i].steps.append(step)
+                    trajs[i].won = bool(info.get("won", False))
+                    if info.get("error"):
+                        trajs[i].error = info["error"]
+                    if done:
+                        del state[i]
+                        bar.advance(1)
+                    else:
+                        history.append((prev_obs, action if action is not None else gen.text))
+                        state[i] = (task, obs, info["admissible_actions"], history)
+        return trajs
+
+
+def _prompt_args(entry):
+    task, obs, admissible, history = entry
+    return task, obs, history, admissible
+
+
+class _NullBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def advance(self, n: int) -> None:
+        pass
+
+
+class _Bar:
+    def __init__(self, description: str, total: int):
+        self.progress = Progress(
+            TextColumn("[bold blue]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn(), transient=True
+        )
+        self.task = self.progress.add_task(description, total=total)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+        return False
+
+    def advance(self, n: int) -> None:
+        self.progress.advance(self.task, n)
+
+
+def _progress(description: str, total: int, enabled: bool):
+    return _Bar(description, total) if enabled else _NullBar()

@@ -1,0 +1,106 @@
+"""Batched generation: all active environments' prompts of one step in one ``generate`` call.
+
+Prompts are chat-templated, left-padded and sampled with a seed derived by the caller, so
+a rollout is reproducible (and a resumed run replays the same rollouts). The response is
+cut right after the first ``</action>`` (the stop string) or after the end-of-turn token.
+Under FSDP2 every rank runs the same number of forward passes (``synced_gpus``), also a
+rank whose environments have all finished (it generates for a dummy prompt).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from paw_lightning import distributed
+
+
+@dataclass
+class Generation:
+    """One sampled response: token ids of the chat-templated prompt and of the response."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+
+
+def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
+    """The prompt as one user message through the chat template, with the generation prompt."""
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+class GenerationEngine:
+    """Samples responses for a batch of prompts with the current policy.
+
+    Args:
+        model: the (possibly FSDP2-sharded) causal LM with LoRA adapters.
+        tokenizer: its tokenizer (left padding is used for generation).
+        max_new_tokens: response budget per step.
+        stop: the response ends after this string (``</action>``).
+    """
+
+    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, stop: str = "</action>"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.stop = stop
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], temperature: float, seed: int) -> list[Generation]:
+        """Generate one response per prompt (an empty list is allowed: the rank then only keeps
+        its peers' collectives going)."""
+        prompt_ids = [chat_prompt_ids(self.tokenizer, p) for p in prompts]
+        batch = prompt_ids or [[self.tokenizer.eos_token_id]]
+        input_ids, attention_mask = self._left_pad(batch)
+        device = next(self.model.parameters()).device
+        config = GenerationConfig(
+            do_sample=temperature > 0,
+            temperature=temperature if temperature > 0 else None,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=self.max_new_tokens,
+            stop_strings=[self.stop],
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=config,
+                tokenizer=self.tokenizer,
+                synced_gpus=distributed.is_distributed(),
+            )
+        new_tokens = out[:, input_ids.shape[1] :].tolist()
+        results = []
+        for ids, row in zip(prompt_ids, new_tokens):
+            response = self._cut(row)
+            results.append(Generation(ids, response, self.tokenizer.decode(response, skip_special_tokens=True)))
+        return results
+
+    def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(ids) for ids in batch)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
+        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
+        return input_ids, attention_mask
+
+    def _cut(self, row: list[int]) -> list[int]:
+        """Keep tokens up to and including the first end-of-turn token or the token completing
+        the stop string; everything after it is padding from finished rows."""
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        text = ""
+        for i, token in enumerate(row):
+            if token == eos:
+                return row[: i + 1]
+            if token == pad:
+                return row[:i]
+            text += self.tokenizer.decode([token])
+            if self.stop in text[-(len(self.stop) + 32) :]:
+                return row[: i + 1]
+        return row

@@ -1,0 +1,72 @@
+"""The agent prompt and action parsing (METHODS.md §1).
+
+The prompt follows verl-agent / PaW: a one-line role, the task, how many steps were
+taken, the last K (observation, action) pairs, the current observation, the admissible
+actions, and the instruction to reason in ``<think></think>`` and then answer with one
+admissible action in ``<action></action>``. It is sent as one user message through the
+model's chat template (see :mod:`paw_lightning.rollout.samples`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+
+INSTRUCTION = (
+    "Now it's your turn to take an action.\n"
+    "You should first reason step-by-step about the current situation. This reasoning "
+    "process MUST be enclosed within <think> </think> tags.\n"
+    "Once you've finished your reasoning, you should choose an admissible action for the "
+    "current step and present it within <action> </action> tags."
+)
+
+
+def parse_action(response: str) -> str | None:
+    """The text inside the first ``<action>…</action>`` pair, stripped; ``None`` if there is
+    no well-formed, non-empty tag (an *invalid* response)."""
+    match = _ACTION.search(response)
+    if match is None:
+        return None
+    action = match.group(1).strip()
+    return action or None
+
+
+@dataclass
+class PromptBuilder:
+    """Renders the prompt ``h_t`` of METHODS.md §1.
+
+    Args:
+        env_name: shown in the role line ("… operating in the {env_name} environment").
+        history_length: K, how many previous (observation, action) pairs are shown.
+    """
+
+    env_name: str
+    history_length: int = 2
+
+    def __call__(
+        self,
+        task: str,
+        observation: str,
+        history: list[tuple[str, str]],
+        admissible_actions: list[str],
+    ) -> str:
+        """``history`` holds every previous (observation, executed action) pair of the episode."""
+        step = len(history)
+        actions = ", ".join(f"'{a}'" for a in admissible_actions if a != "help")
+        parts = [f"You are an expert agent operating in the {self.env_name} environment.", f"Your task is to: {task}"]
+        recent = history[-self.history_length :] if self.history_length > 0 else []
+        if recent:
+            first = step - len(recent) + 1
+            lines = [
+                f"[Observation {first + i}:\n{obs}\nAction {first + i}: '{act}']" for i, (obs, act) in enumerate(recent)
+            ]
+            parts.append(
+                f"Prior to this step, you have already taken {step} step(s). Below are the most recent "
+                f"{len(recent)} observations and the corresponding actions you took:\n" + "\n".join(lines)
+            )
+        parts.append(f"You are now at step {step + 1} and your current observation is:\n{observation}")
+        if actions:
+            parts.append(f"Your admissible actions of the current situation are: [{actions}].")
+        parts.append(INSTRUCTION)
+        return "\n".join(parts)

@@ -1,0 +1,132 @@
+"""Trajectories → step samples with ``action_mask`` and ``obs_mask`` (METHODS.md §1).
+
+One sample per step: ``[prompt h_t][response a_t][world-model segment o_{t+1}]``.
+The world-model segment renders the next observation as the next user turn of the chat
+template: the end of the assistant turn, the user-turn header, then the observation.
+Only the observation tokens are in ``obs_mask``; the closing user-turn tokens are left
+out entirely (they follow the observation, so causal attention makes them irrelevant).
+Observations longer than ``max_obs_tokens`` are truncated, and ``|o_{t+1}|`` is then the
+kept length (a deliberate simplification).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from paw_lightning.objectives.types import StepInfo
+from paw_lightning.rollout.collector import Trajectory
+
+_SENTINEL = "\x00PAW\x00"
+
+
+class ChatSegments:
+    """Text pieces of the chat template around a turn, found by rendering sentinels."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+        render = lambda msgs: tokenizer.apply_chat_template(msgs, tokenize=False)  # noqa: E731
+        user, assistant = {"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL}
+        self.assistant_end = render([user, assistant]).split(_SENTINEL, 1)[1]
+        before = render([user, {"role": "assistant", "content": "a"}])
+        full = render([user, {"role": "assistant", "content": "a"}, {"role": "user", "content": _SENTINEL}])
+        if not full.startswith(before):
+            raise ValueError("the tokenizer's chat template does not render a conversation turn by turn; cannot place the world-model segment")
+        self.user_prefix = full[len(before) :].split(_SENTINEL, 1)[0]
+
+    def world_model_segment(self, response_ids: list[int], observation: str, max_obs_tokens: int) -> tuple[list[int], list[int]]:
+        """(segment ids before the observation, observation ids)."""
+        tok = self.tokenizer
+        end = self.assistant_end
+        if response_ids and response_ids[-1] == tok.eos_token_id and end.startswith(tok.eos_token):
+            end = end[len(tok.eos_token) :]
+        head = tok.encode(end + self.user_prefix, add_special_tokens=False)
+        obs = tok.encode(observation, add_special_tokens=False)[:max_obs_tokens]
+        return head, obs
+
+
+@dataclass
+class RolloutBuffer:
+    """The step samples of one update on this rank, plus what the scoring pass adds.
+
+    Per-sample token tensors are unpadded 1-D; ``collate`` right-pads a mini-batch.
+    ``old_logprobs``/``ref_logprobs`` are aligned with ``input_ids``
+    (position t holds the value for token t given tokens < t; position 0 is 0).
+    """
+
+    input_ids: list[torch.Tensor]
+    action_mask: list[torch.Tensor]
+    obs_mask: list[torch.Tensor]
+    prompt_lengths: torch.Tensor
+    info: StepInfo
+    trajectories: list[Trajectory]
+    old_logprobs: list[torch.Tensor] = field(default_factory=list)
+    ref_logprobs: list[torch.Tensor] = field(default_factory=list)
+    action_entropy: torch.Tensor | None = None  # mean action-token entropy per transition
+    advantages: torch.Tensor | None = None
+    wm_selected: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        """Right-padded mini-batch of the given samples."""
+        width = max(self.input_ids[i].numel() for i in indices)
+
+        def pad(seqs, value=0):
+            out = torch.full((len(indices), width), value, dtype=seqs[indices[0]].dtype)
+            for row, i in enumerate(indices):
+                out[row, : seqs[i].numel()] = seqs[i]
+            return out
+
+        batch = {
+            "input_ids": pad(self.input_ids),
+            "attention_mask": pad([torch.ones_like(x, dtype=torch.bool) for x in self.input_ids], False),
+            "action_mask": pad(self.action_mask, False),
+            "obs_mask": pad(self.obs_mask, False),
+            "group_ids": self.info.group_ids[indices],
+            "keep_from": self.prompt_lengths[indices].min().reshape(1),
+        }
+        for name in ("old_logprobs", "ref_logprobs"):
+            values = getattr(self, name)
+            if values:
+                batch[name] = pad(values, 0.0)
+        if self.advantages is not None:
+            batch["advantages"] = self.advantages[indices]
+        if self.wm_selected is not None:
+            batch["wm_selected"] = self.wm_selected[indices]
+        return batch
+
+
+def build_buffer(trajectories: list[Trajectory], tokenizer: PreTrainedTokenizerBase, max_obs_tokens: int = 512) -> RolloutBuffer:
+    """One sample per step of every trajectory (trajectories with no step are skipped)."""
+    segments = ChatSegments(tokenizer)
+    input_ids, action_mask, obs_mask, prompt_lengths = [], [], [], []
+    group_ids, traj_ids, step_ids, rewards, anchors = [], [], [], [], []
+    for traj in trajectories:
+        for t, step in enumerate(traj.steps):
+            head, obs = segments.world_model_segment(step.response_ids, step.next_observation, max_obs_tokens)
+            ids = step.prompt_ids + step.response_ids + head + obs
+            n_prompt, n_resp = len(step.prompt_ids), len(step.response_ids)
+            amask = torch.zeros(len(ids), dtype=torch.bool)
+            amask[n_prompt : n_prompt + n_resp] = True
+            omask = torch.zeros(len(ids), dtype=torch.bool)
+            omask[len(ids) - len(obs) :] = True
+            input_ids.append(torch.tensor(ids, dtype=torch.long))
+            action_mask.append(amask)
+            obs_mask.append(omask)
+            prompt_lengths.append(n_prompt)
+            group_ids.append(traj.group_id)
+            traj_ids.append(traj.traj_id)
+            step_ids.append(t)
+            rewards.append(step.reward)
+            anchors.append(step.observation)
+    info = StepInfo(
+        group_ids=torch.tensor(group_ids, dtype=torch.long),
+        traj_ids=torch.tensor(traj_ids, dtype=torch.long),
+        step_ids=torch.tensor(step_ids, dtype=torch.long),
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        anchor_obs=anchors,
+    )
+    return RolloutBuffer(input_ids, action_mask, obs_mask, torch.tensor(prompt_lengths, dtype=torch.long), info, trajectories)

@@ -1,0 +1,90 @@
+"""FSDP2 check on CPU, one process per rank: `torchrun --nproc_per_node 2 fsdp_worker.py DIR`.
+
+Every rank builds the same LoRA model from the tiny model in DIR, keeps an unsharded copy
+as the reference, shards the other with `shard_model` on a 2-rank gloo mesh and checks
+on an identical batch: loss, full (gathered) LoRA gradients, greedy `generate` and a
+forward inside `reference_policy`. Run twice: default LoRA targets (all adapters inside
+decoder layers) and with an adapter on `lm_head` (an adapter outside decoder layers).
+"""
+
+import copy
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+
+from paw_lightning.model import (
+    LMConfig,
+    decoder_layers,
+    load_model,
+    load_tokenizer,
+    reference_policy,
+    shard_model,
+)
+
+TOLERANCE = 1e-5
+
+
+def loss_and_lora_grads(model, batch):
+    loss = model(**batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)).loss
+    loss.backward()
+    grads = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            grads[name] = grad.detach().clone()
+    return loss.detach(), grads
+
+
+def greedy(model, batch):
+    with torch.no_grad():
+        return model.generate(**batch, max_new_tokens=6, do_sample=False)
+
+
+def check(cfg: LMConfig, mesh) -> None:
+    tokenizer = load_tokenizer(cfg)
+    batch = tokenizer(
+        ["<|im_start|>user\nGo up.<|im_end|>\n", "<action>Left</action>"],
+        return_tensors="pt",
+        padding=True,
+    )
+    torch.manual_seed(0)
+    reference = load_model(cfg)
+    for name, p in reference.named_parameters():
+        if "lora_B" in name:  # B starts at zero: perturb it so every LoRA grad is non-zero
+            p.data.normal_(std=0.1)
+    sharded = shard_model(copy.deepcopy(reference), mesh)
+
+    expected_loss, expected_grads = loss_and_lora_grads(reference, batch)
+    loss, grads = loss_and_lora_grads(sharded, batch)
+    torch.testing.assert_close(loss, expected_loss, atol=TOLERANCE, rtol=0)
+    assert grads.keys() == expected_grads.keys()
+    for name, grad in grads.items():
+        assert expected_grads[name].abs().max() > 0, name
+        torch.testing.assert_close(grad, expected_grads[name], atol=TOLERANCE, rtol=0, msg=name)
+
+    assert torch.equal(greedy(sharded, batch), greedy(reference, batch))
+    with torch.no_grad(), reference_policy(sharded), reference_policy(reference):
+        torch.testing.assert_close(
+            sharded(**batch).logits, reference(**batch).logits, atol=TOLERANCE, rtol=0
+        )
+    base = sharded.get_base_model()
+    assert isinstance(base, FSDPModule) and all(isinstance(m, FSDPModule) for m in decoder_layers(base))
+    if "lm_head" in cfg.lora_target_modules:  # an adapter outside the layers: its own units
+        assert isinstance(base.lm_head.lora_A["default"], FSDPModule)
+        assert isinstance(base.lm_head.lora_B["default"], FSDPModule)
+
+
+def main(model_dir: str) -> None:
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    check(LMConfig(name_or_path=model_dir, lora_r=4), mesh)
+    check(LMConfig(name_or_path=model_dir, lora_r=4, lora_target_modules=["q_proj", "lm_head"]), mesh)
+    print(f"rank {dist.get_rank()}: FSDP2 matches unsharded", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
