@@ -28,7 +28,8 @@ TOLERANCE = 1e-5
 
 
 def loss_and_lora_grads(model, batch):
-    loss = model(**batch, labels=batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)).loss
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    loss = model(**batch, labels=labels).loss
     loss.backward()
     grads = {}
     for name, p in model.named_parameters():
@@ -71,7 +72,8 @@ def check(cfg: LMConfig, mesh) -> None:
             sharded(**batch).logits, reference(**batch).logits, atol=TOLERANCE, rtol=0
         )
     base = sharded.get_base_model()
-    assert isinstance(base, FSDPModule) and all(isinstance(m, FSDPModule) for m in decoder_layers(base))
+    assert isinstance(base, FSDPModule)
+    assert all(isinstance(layer, FSDPModule) for layer in decoder_layers(base))
     if "lm_head" in cfg.lora_target_modules:  # an adapter outside the layers: its own units
         assert isinstance(base.lm_head.lora_A["default"], FSDPModule)
         assert isinstance(base.lm_head.lora_B["default"], FSDPModule)
@@ -81,7 +83,8 @@ def main(model_dir: str) -> None:
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     check(LMConfig(name_or_path=model_dir, lora_r=4), mesh)
-    check(LMConfig(name_or_path=model_dir, lora_r=4, lora_target_modules=["q_proj", "lm_head"]), mesh)
+    outside_layers = ["q_proj", "lm_head"]
+    check(LMConfig(name_or_path=model_dir, lora_r=4, lora_target_modules=outside_layers), mesh)
     print(f"rank {dist.get_rank()}: FSDP2 matches unsharded", flush=True)
     dist.destroy_process_group()
 

@@ -33,8 +33,10 @@ class PawMLFlowLogger(MLFlowLogger):
         super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=tags, **kwargs)
 
 
-def git_sha(path: str | Path = ".") -> str:
-    """The commit of the working directory's repository, ``+dirty`` if it has changes; ``unknown`` outside git."""
+def git_sha(path: str | Path | None = None) -> str:
+    """The commit of the code that runs (default: the repository holding this package),
+    ``+dirty`` if tracked files changed; ``unknown`` for an installed copy outside git."""
+    path = path or Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path, capture_output=True, text=True).stdout.strip()

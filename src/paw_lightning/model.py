@@ -132,7 +132,10 @@ def _looks_like_path(name: str) -> bool:
 
 
 def _check_hub_id(name: str, trust_remote_code: bool) -> None:
-    """Fail early unless the hub id's config is in the local HF cache or downloadable."""
+    """Fail early unless the hub id's config is in the local HF cache or downloadable.
+
+    Without network and without HF_HUB_OFFLINE=1, the download attempt retries for ~25 s
+    before it fails."""
     attempts = [True] if hub_constants.HF_HUB_OFFLINE else [True, False]
     for local_files_only in attempts:
         try:
@@ -140,7 +143,7 @@ def _check_hub_id(name: str, trust_remote_code: bool) -> None:
                 name, local_files_only=local_files_only, trust_remote_code=trust_remote_code
             )
             return
-        except (OSError, ValueError):
+        except OSError:  # not found; other errors (e.g. trust_remote_code) propagate
             continue
     raise ModelNotFoundError(
         f"{name!r} is neither an existing path nor a cached (or reachable) hub model; "
@@ -186,6 +189,7 @@ def _cached_conversion(gguf: Path, cache: Path) -> Path:
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=models))
             try:
                 convert_gguf(gguf, tmp)
+                tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
                 tmp.rename(target)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -234,7 +238,7 @@ def load_model(cfg: LMConfig) -> PeftModel:
         source, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code
     )
     if cfg.gradient_checkpointing:
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        base.activation_checkpointing_enable({"use_reentrant": False})
         base.enable_input_require_grads()
     lora = LoraConfig(
         r=cfg.lora_r,
