@@ -64,7 +64,7 @@ class PaWModule(LightningModule):
         if self.lm is not None:
             return
         self.lm = load_model(self.lm_config)
-        if isinstance(self.trainer.strategy, ModelParallelStrategy):
+        if self._trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy):
             shard_model(self.lm, self.device_mesh["data_parallel"])
 
     def configure_optimizers(self):

@@ -24,6 +24,8 @@ class _Balancing(Callback):
         raise NotImplementedError
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if pl_module.world_model_objective is None:
+            return  # vanilla RL: nothing to balance
         lambdas = self.lambdas(trainer.datamodule.rollout.trajectories)
         pl_module.wm_lambda = lambdas
         if lambdas:

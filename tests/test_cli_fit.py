@@ -1,0 +1,57 @@
+"""End to end through the CLI entry point on FrozenLake with the tiny model."""
+from __future__ import annotations
+
+import torch
+
+from paw_lightning.cli import PawCLI, main
+
+from helpers import metric_history, mlflow_runs, tiny_args
+
+
+def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = PawCLI(args=[*tiny_args(tiny_model_dir, tmp_path)], run=False)
+    cli.trainer.fit(cli.model, cli.datamodule)  # what `main(["fit", …])` runs, keeping the objects
+    before_cli = PawCLI(args=[*tiny_args(tiny_model_dir, tmp_path)], run=False)
+    before_cli.model.configure_model()
+    before = dict(before_cli.model.lm.named_parameters())
+    after = dict(cli.model.lm.named_parameters())
+    lora = [n for n, p in after.items() if p.requires_grad]
+    frozen = [n for n, p in after.items() if not p.requires_grad]
+    assert lora and all("lora_" in n for n in lora)
+    assert any(not torch.equal(after[n], before[n]) for n in lora), "LoRA weights did not change"
+    assert all(torch.equal(after[n], before[n]) for n in frozen), "a frozen base weight changed"
+
+    client, runs = mlflow_runs(tmp_path)
+    run = runs[0]
+    for key in ("train/loss", "train/policy/loss", "train/policy/kl", "train/policy/clip_frac", "train/wm/loss",
+                "train/wm/lambda_mean", "train/episode/success_rate", "train/episode/invalid_rate",
+                "val/episode/success_rate", "val/episode/return_mean", "val/episode/episode_length",
+                "val/episode/invalid_rate", "val/wm/nll"):
+        assert len(metric_history(client, run, key)) == 2, key  # one value per epoch
+    artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
+    assert "config.yaml" in artifacts
+    config = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))
+    assert "WorldModelObjective" in open(config).read()
+    assert run.data.params["seed"] == "0"
+    assert run.data.tags["env"] == "frozenlake" and run.data.tags["git_sha"]
+
+
+def test_world_model_loss_falls_when_trained_alone(tiny_model_dir, tmp_path, monkeypatch):
+    """With the RL term switched off, the next-observation loss must go down epoch after epoch."""
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=4", "--trainer.check_val_every_n_epoch=10",
+                           "--data.ppo_epochs=2", "--model.policy_objective.init_args.kl_coef=0",
+                           "--model.optimizer.init_args.lr=0.01", "--data.temperature=0")])
+    client, runs = mlflow_runs(tmp_path)
+    losses = metric_history(client, runs[0], "train/wm/loss")
+    assert len(losses) == 4 and losses[-1] < losses[0] * 0.95, losses
+
+
+def test_vanilla_rl_without_world_model(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--model.world_model_objective=null", "--trainer.max_epochs=1")])
+    client, runs = mlflow_runs(tmp_path)
+    metrics = runs[0].data.metrics
+    assert "train/policy/loss" in metrics and not any(k.startswith("train/wm/") for k in metrics)
+    assert runs[0].data.tags["world_model_objective"] == "none"
