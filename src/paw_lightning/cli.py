@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+import yaml
 
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
@@ -74,9 +77,28 @@ class PawCLI(LightningCLI):
         )
 
 
+def check_config_files(args: list[str]) -> None:
+    """Fail early, naming the file, when a ``-c``/``--config`` file is missing or not valid YAML
+    (the parser's own message would print the whole usage and hide the file name)."""
+    for flag, value in zip(args, args[1:]):
+        if flag not in ("-c", "--config"):
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file '{value}' does not exist")
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err)
+            raise ValueError(f"config file '{value}' is not valid YAML{where}: {problem}") from err
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``python -m paw_lightning`` and ``paw-lightning``."""
     try:
+        check_config_files(list(sys.argv[1:] if args is None else args))
         PawCLI(args=args)
     except (ValueError, FileNotFoundError) as err:
         if os.environ.get("PAW_LIGHTNING_DEBUG"):

@@ -41,7 +41,7 @@ class RolloutDataModule(LightningDataModule):
     history_length: K, previous (observation, action) pairs in the prompt.
     invalid_penalty: reward added on a step whose response has no well-formed ``<action>``.
     ppo_epochs: passes over the update's samples.
-    mini_batch_size: samples per optimizer step (per rank).
+    mini_batch_size: samples per optimizer step, all ranks together (each rank takes its share).
     max_obs_tokens: observation tokens kept in the world-model segment.
     val_groups / val_group_size: held-out validation tasks and episodes per task.
     val_temperature: sampling temperature of validation and test rollouts.
@@ -122,7 +122,7 @@ class RolloutDataModule(LightningDataModule):
         batches = []
         for k in range(self.ppo_epochs):
             order = torch.randperm(len(buffer), generator=torch.Generator().manual_seed(derive_seed(self.seed, "shuffle", epoch, k)))
-            batches += self._split(order.tolist(), self.mini_batch_size)
+            batches += self._split(order.tolist(), max(1, self.mini_batch_size // distributed.world_size()))
         return self._loader(buffer, batches)
 
     # ----------------------------------------------------------- evaluation

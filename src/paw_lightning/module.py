@@ -198,7 +198,9 @@ class PaWModule(LightningModule):
         """Keep only trainable (LoRA) weights, and the RNG states for an exact resume."""
         trainable = {name for name, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
-        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        numpy_state = (name, keys.tolist(), pos, has_gauss, cached)  # plain types: loads with weights_only=True
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         trainable = {name for name, p in self.named_parameters() if p.requires_grad}
@@ -211,5 +213,6 @@ class PaWModule(LightningModule):
         states = checkpoint.get("rng_states")
         if states:
             torch.set_rng_state(states["torch"])
-            np.random.set_state(states["numpy"])
+            name, keys, pos, has_gauss, cached = states["numpy"]
+            np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
             random.setstate(states["python"])

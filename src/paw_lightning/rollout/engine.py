@@ -57,11 +57,9 @@ class GenerationEngine:
         batch = prompt_ids or [[self.tokenizer.eos_token_id]]
         input_ids, attention_mask = self._left_pad(batch)
         device = next(self.model.parameters()).device
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {"do_sample": False}
         config = GenerationConfig(
-            do_sample=temperature > 0,
-            temperature=temperature if temperature > 0 else None,
-            top_p=1.0,
-            top_k=0,
+            **sampling,
             max_new_tokens=self.max_new_tokens,
             stop_strings=[self.stop],
             pad_token_id=self.tokenizer.pad_token_id,

@@ -1,0 +1,32 @@
+"""Resuming from a checkpoint continues exactly where an uninterrupted run would be."""
+from __future__ import annotations
+
+import torch
+
+from paw_lightning.cli import main
+
+from helpers import metric_history, mlflow_runs, tiny_args
+
+
+def test_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
+    keys = ["train/loss", "train/policy/loss", "train/wm/loss", "train/episode/return_mean"]
+    full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
+    for d in (full_dir, cut_dir):
+        d.mkdir()
+    monkeypatch.chdir(tmp_path)
+    common = ["--trainer.check_val_every_n_epoch=10", "--data.ppo_epochs=2", "--model.optimizer.init_args.lr=0.01"]
+    main(["fit", *tiny_args(tiny_model_dir, full_dir, "--trainer.max_epochs=3", *common)])
+    main(["fit", *tiny_args(tiny_model_dir, cut_dir, "--trainer.max_epochs=2", *common)])
+    (ckpt,) = cut_dir.glob("runs/**/last.ckpt")
+    checkpoint = torch.load(ckpt, weights_only=False)
+    assert "rng_states" in checkpoint and checkpoint["optimizer_states"]
+    assert checkpoint["state_dict"] and all("lora_" in k for k in checkpoint["state_dict"]), "only LoRA weights are saved"
+    main(["fit", *tiny_args(tiny_model_dir, cut_dir, "--trainer.max_epochs=3", *common), f"--ckpt_path={ckpt}"])
+
+    client, (full,) = mlflow_runs(full_dir)
+    client_cut, (_, resumed) = mlflow_runs(cut_dir)
+    for key in keys:
+        uninterrupted = metric_history(client, full, key)
+        continued = metric_history(client_cut, resumed, key)
+        assert len(uninterrupted) == 3 and len(continued) == 1, key
+        assert abs(uninterrupted[2] - continued[0]) < 1e-5, (key, uninterrupted, continued)
