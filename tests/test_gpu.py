@@ -1,0 +1,23 @@
+"""GPU runs of the real embedded model (marked ``gpu``: skipped on machines without CUDA)."""
+from __future__ import annotations
+
+import pytest
+
+from paw_lightning.cli import main
+
+from helpers import ROOT, metric_history, mlflow_runs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("overlay", [[], ["-c", str(ROOT / "configs/scale/fsdp2.yaml"), "--trainer.devices=1"]])
+def test_embedded_model_fits_on_gpu(tmp_path, monkeypatch, overlay):
+    monkeypatch.chdir(tmp_path)
+    main([
+        "fit", "-c", str(ROOT / "configs/frozenlake.yaml"), *overlay,
+        "--trainer.accelerator=gpu", "--trainer.precision=bf16-mixed", "--trainer.max_epochs=2",
+        "--trainer.check_val_every_n_epoch=2", f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"--trainer.default_root_dir={tmp_path / 'runs'}", "--data.progress=false",
+    ])
+    client, (run,) = mlflow_runs(tmp_path)
+    assert len(metric_history(client, run, "train/loss")) == 2
+    assert len(metric_history(client, run, "val/episode/success_rate")) == 1
