@@ -5,7 +5,7 @@ import torch
 
 from paw_lightning.cli import PawCLI, main
 
-from helpers import metric_history, mlflow_runs, tiny_args
+from helpers import ROOT, metric_history, mlflow_runs, tiny_args
 
 
 def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monkeypatch):
@@ -25,22 +25,23 @@ def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monke
     client, runs = mlflow_runs(tmp_path)
     run = runs[0]
     for key in ("train/loss", "train/policy/loss", "train/policy/kl", "train/policy/clip_frac", "train/wm/loss",
-                "train/wm/lambda_mean", "train/episode/success_rate", "train/episode/invalid_rate",
+                "train/wm/lambda_mean", "train/wm/clipped_ratio", "train/wm/selected_fraction", "train/wm/entropy_p50",
+                "train/episode/success_rate", "train/episode/invalid_rate",
                 "val/episode/success_rate", "val/episode/return_mean", "val/episode/episode_length",
-                "val/episode/invalid_rate", "val/wm/nll"):
+                "val/episode/invalid_rate", "val/wm/nll", "val/wm/token_acc", "val/wm/exact_match", "val/wm/cer"):
         assert len(metric_history(client, run, key)) == 2, key  # one value per epoch
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
     assert "config.yaml" in artifacts
     config = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))
-    assert "WorldModelObjective" in open(config).read()
+    assert "paw_lightning.objectives.ClippedMAE" in open(config).read()
     assert run.data.params["seed"] == "0"
     assert run.data.tags["env"] == "frozenlake" and run.data.tags["git_sha"]
 
 
 def test_world_model_loss_falls_when_trained_alone(tiny_model_dir, tmp_path, monkeypatch):
-    """With the RL term switched off, the next-observation loss must go down epoch after epoch."""
+    """With the RL term switched off, the next-observation CE must go down epoch after epoch."""
     monkeypatch.chdir(tmp_path)
-    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=4", "--trainer.check_val_every_n_epoch=10",
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "-c", str(ROOT / "configs/objectives/echo.yaml"), "--trainer.max_epochs=4", "--trainer.check_val_every_n_epoch=10",
                            "--data.ppo_epochs=2", "--model.policy_objective.init_args.kl_coef=0",
                            "--model.optimizer.init_args.lr=0.01", "--data.temperature=0")])
     client, runs = mlflow_runs(tmp_path)

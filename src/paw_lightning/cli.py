@@ -14,9 +14,11 @@ from pathlib import Path
 
 import yaml
 
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from paw_lightning.callbacks import LossBalancer
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.loggers import git_sha
 from paw_lightning.module import PaWModule
@@ -62,6 +64,9 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
 
 
 class PawCLI(LightningCLI):
+    """Adds two always-present callbacks with their own config sections: ``balancer`` (the
+    world-model loss balancing, swapped by the objective overlays) and ``checkpoint``."""
+
     def __init__(self, args=None, run: bool = True):
         super().__init__(
             model_class=PaWModule,
@@ -75,6 +80,12 @@ class PawCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(LossBalancer, "balancer", subclass_mode=True)
+        parser.set_defaults({"balancer": {"class_path": "paw_lightning.callbacks.RewardAdaptiveLambda"}})
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.every_n_epochs": 1})
 
 
 def check_config_files(args: list[str]) -> None:

@@ -78,6 +78,7 @@ class RolloutDataModule(LightningDataModule):
         super().__init__()
         self.env_factory = make_env_factory(env, **(env_kwargs or {}))
         self.env_name = env.rsplit(".", 1)[-1]
+        self.max_return: float | None = getattr(self.env_factory.func, "max_return", None)
         for name, value in {"groups": groups, "group_size": group_size, "max_steps": max_steps, "ppo_epochs": ppo_epochs, "mini_batch_size": mini_batch_size}.items():
             if value < 1:
                 raise ValueError(f"data.{name} must be at least 1 (got {value})")
@@ -92,6 +93,7 @@ class RolloutDataModule(LightningDataModule):
         self.pool: EnvPool | None = None
         self.rollout: RolloutBuffer | None = None  # the current update's samples
         self.episode_metrics: dict[str, dict[str, float]] = {}
+        self.eval_rollouts: dict[str, RolloutBuffer] = {}  # the latest validation / test samples
 
     @property
     def seed(self) -> int:
@@ -115,8 +117,7 @@ class RolloutDataModule(LightningDataModule):
         tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.groups)]
         trajectories = self._collect(module, tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
         buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
-        module.score(buffer)
-        buffer.advantages = module.policy_objective.advantages(buffer.info)
+        module.prepare_update(buffer)
         self.rollout = buffer
         self.episode_metrics["train"] = episode_metrics(trajectories)
         batches = []
@@ -137,7 +138,7 @@ class RolloutDataModule(LightningDataModule):
         tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
         trajectories = self._collect(module, tasks, self.val_group_size, self.val_temperature, derive_seed(self.seed, split, distributed.rank()), split)
         self.episode_metrics[split] = episode_metrics(trajectories)
-        buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
+        buffer = self.eval_rollouts[split] = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
         return self._loader(buffer, self._split(list(range(len(buffer))), self.eval_batch_size))
 
     # -------------------------------------------------------------- helpers

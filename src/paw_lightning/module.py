@@ -19,10 +19,14 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.strategies import ModelParallelStrategy
+from torchmetrics.functional.text import char_error_rate
 
 from paw_lightning import distributed
+from paw_lightning.callbacks.balancing import LossBalancer
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy, shard_model
 from paw_lightning.objectives import PolicyObjective, WorldModelObjective
+from paw_lightning.objectives.selection import transition_entropy
+from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.samples import RolloutBuffer
 
 
@@ -37,6 +41,8 @@ class PaWModule(LightningModule):
     world_model_objective: next-observation loss on the same weights; ``null`` for vanilla RL.
     optimizer: built over the trainable (LoRA) parameters only.
     score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference).
+    wm_eval_samples: validation transitions per rank whose next observation is predicted
+        free-running (greedy) and scored with exact match and character error rate.
     """
 
     strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
@@ -48,6 +54,7 @@ class PaWModule(LightningModule):
         world_model_objective: WorldModelObjective | None = None,
         optimizer: OptimizerCallable = _adamw,
         score_batch_size: int = 8,
+        wm_eval_samples: int = 8,
     ):
         super().__init__()
         self.lm_config = lm or LMConfig()
@@ -55,9 +62,11 @@ class PaWModule(LightningModule):
         self.world_model_objective = world_model_objective
         self.optimizer_factory = optimizer
         self.score_batch_size = score_batch_size
+        self.wm_eval_samples = wm_eval_samples
         self.tokenizer = load_tokenizer(self.lm_config)  # also validates the model source early
         self.lm = None
         self.wm_lambda: dict[int, float] | None = None  # set by a loss-balancing callback
+        self.update_metrics: dict[str, float] = {}  # diagnostics of the current update's preparation
 
     # ----------------------------------------------------------------- set-up
     def configure_model(self) -> None:
@@ -74,10 +83,10 @@ class PaWModule(LightningModule):
         trainer = self.trainer
         if trainer.reload_dataloaders_every_n_epochs != 1:
             raise ValueError("trainer.reload_dataloaders_every_n_epochs must be 1: every epoch trains on fresh on-policy rollouts")
-        if self.world_model_objective is not None and not any(hasattr(cb, "lambdas") for cb in trainer.callbacks):
+        if self.world_model_objective is not None and not any(isinstance(cb, LossBalancer) for cb in trainer.callbacks):
             raise ValueError(
                 "world_model_objective is set but no loss-balancing callback sets λ: add "
-                "paw_lightning.callbacks.RewardAdaptiveLambda or FixedLambda to trainer.callbacks"
+                "paw_lightning.callbacks.RewardAdaptiveLambda or FixedLambda to the trainer's callbacks"
             )
 
     # --------------------------------------------------------------- forward
@@ -103,19 +112,40 @@ class PaWModule(LightningModule):
             outputs["correct"] = full(logp.argmax(-1) == targets)
         return outputs
 
+    def prepare_update(self, buffer: RolloutBuffer) -> None:
+        """Everything an update needs before its first mini-batch: the scoring pass, the
+        advantages and the world-model selection S_α (global over all ranks)."""
+        self.score(buffer)
+        buffer.advantages = self.policy_objective.advantages(buffer.info)
+        self.update_metrics = dict(getattr(self.policy_objective.advantage, "last_diagnostics", {}))
+        wm = self.world_model_objective
+        if wm is None:
+            return
+        entropies = buffer.action_entropy[wm.entropy]
+        buffer.wm_selected = wm.select(entropies)
+        if entropies.numel():
+            quantiles = torch.quantile(entropies.float(), torch.tensor([0.1, 0.5, 0.9]))
+            self.update_metrics.update({
+                "wm/entropy_p10": quantiles[0].item(),
+                "wm/entropy_p50": quantiles[1].item(),
+                "wm/entropy_p90": quantiles[2].item(),
+                "wm/update_selected_fraction": buffer.wm_selected.float().mean().item(),
+            })
+
     @torch.no_grad()
     def score(self, buffer: RolloutBuffer) -> None:
-        """The scoring pass before an update: π_old log-probs, reference log-probs (adapters
-        disabled, only when the KL term needs them) and the mean action-token entropy of each
-        transition. Every rank runs the same number of forwards (FSDP2 collectives)."""
+        """The scoring pass: π_old log-probs, reference log-probs (adapters disabled, only when
+        the KL term needs them) and each transition's mean action-token entropy (both
+        estimators, see :mod:`paw_lightning.objectives.selection`). Every rank runs the same
+        number of forwards (FSDP2 collectives)."""
         was_training = self.lm.training
         self.lm.eval()
         chunks = [list(range(i, min(i + self.score_batch_size, len(buffer)))) for i in range(0, len(buffer), self.score_batch_size)]
         n_forwards = distributed.max_across_ranks(len(chunks))
-        old, ref, entropy = [], [], []
+        old, ref, entropy = [], [], {"full": [], "sampled": []}
         for k in range(n_forwards):
-            indices = chunks[min(k, len(chunks) - 1)]
-            batch = {key: v.to(self.device) for key, v in buffer.collate(indices).items()}
+            indices = chunks[min(k, len(chunks) - 1)] if chunks else [0]
+            batch = {key: v.to(self.device) for key, v in buffer.collate(indices).items()} if chunks else self._dummy_batch()
             outputs = self.token_outputs(batch, entropy=True)
             ref_lp = None
             if self.policy_objective.needs_reference:
@@ -123,20 +153,27 @@ class PaWModule(LightningModule):
                     ref_lp = self.token_outputs(batch)["logprobs"]
             if k >= len(chunks):
                 continue  # a dummy forward that keeps this rank in step with its peers
+            for name in entropy:
+                entropy[name].append(transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu())
             for row, i in enumerate(indices):
                 n = buffer.input_ids[i].numel()
                 old.append(outputs["logprobs"][row, :n].cpu())
                 if ref_lp is not None:
                     ref.append(ref_lp[row, :n].cpu())
-                mask = batch["action_mask"][row]
-                entropy.append((outputs["entropy"][row] * mask).sum() / mask.sum().clamp(min=1))
         buffer.old_logprobs, buffer.ref_logprobs = old, ref
-        buffer.action_entropy = torch.stack(entropy).cpu() if entropy else torch.zeros(0)
+        buffer.action_entropy = {name: torch.cat(values) if values else torch.zeros(0) for name, values in entropy.items()}
         self.lm.train(was_training)
+
+    def _dummy_batch(self) -> dict[str, torch.Tensor]:
+        """A one-token batch for a rank that has no samples while its peers still run forwards."""
+        ids = torch.tensor([[self.tokenizer.eos_token_id, self.tokenizer.eos_token_id]], device=self.device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": torch.zeros_like(ids, dtype=torch.bool), "keep_from": torch.tensor([1])}
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        outputs = self.token_outputs(batch, entropy=self.policy_objective.entropy_coef > 0)
+        outputs = self.token_outputs(batch, entropy=True)  # logged as train/policy/entropy
+        if self.policy_objective.entropy_coef == 0:
+            outputs["entropy"] = outputs["entropy"].detach()  # a diagnostic only: no backward through it
         policy = self.policy_objective(
             outputs["logprobs"],
             batch["old_logprobs"],
@@ -162,6 +199,8 @@ class PaWModule(LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._log_episode_metrics("train")
+        if self.update_metrics:
+            self.log_dict({f"train/{k}": v for k, v in self.update_metrics.items()}, sync_dist=True)
 
     # ------------------------------------------------------------ evaluation
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -171,9 +210,38 @@ class PaWModule(LightningModule):
         self._world_model_quality(batch, "test")
 
     def on_validation_epoch_end(self) -> None:
-        self._log_episode_metrics("test" if self.trainer.testing else "val")
+        split = "test" if self.trainer.testing else "val"
+        self._log_episode_metrics(split)
+        buffer = getattr(self.trainer.datamodule, "eval_rollouts", {}).get(split)
+        if buffer is not None and self.wm_eval_samples > 0:
+            metrics = self.predict_observations(buffer, self.wm_eval_samples)
+            self.log_dict({f"{split}/wm/{k}": v for k, v in metrics.items()}, sync_dist=True)
 
     on_test_epoch_end = on_validation_epoch_end
+
+    @torch.no_grad()
+    def predict_observations(self, buffer: RolloutBuffer, n: int) -> dict[str, float]:
+        """Greedy free-running prediction of o_{t+1} from (h_t, a_t) for ``n`` transitions spread
+        over the buffer: exact match and character error rate against the true observation."""
+        indices = torch.linspace(0, len(buffer) - 1, min(n, len(buffer))).round().long().unique().tolist() if len(buffer) else []
+        contexts, targets = [], []
+        for i in indices:
+            ids, obs = buffer.input_ids[i], buffer.obs_mask[i]
+            contexts.append(ids[~obs].tolist())
+            targets.append(self.tokenizer.decode(ids[obs], skip_special_tokens=True).strip())
+        budget = distributed.max_across_ranks(max((int(buffer.obs_mask[i].sum()) for i in indices), default=1)) + 8
+        was_training = self.lm.training
+        self.lm.eval()
+        engine = GenerationEngine(self.lm, self.tokenizer, budget)
+        predicted = engine.generate_ids(contexts, temperature=0.0, seed=0, stop=None)
+        self.lm.train(was_training)
+        preds = [self.tokenizer.decode(p, skip_special_tokens=True).strip() for p in predicted]
+        if not preds:
+            return {}
+        return {
+            "exact_match": sum(p == t for p, t in zip(preds, targets)) / len(preds),
+            "cer": float(char_error_rate(preds, targets)),
+        }
 
     def _world_model_quality(self, batch: dict, split: str) -> None:
         """Teacher-forced next-observation NLL per token and token accuracy."""

@@ -1,3 +1,3 @@
-from paw_lightning.callbacks.balancing import FixedLambda, RewardAdaptiveLambda
+from paw_lightning.callbacks.balancing import FixedLambda, LossBalancer, RewardAdaptiveLambda
 
-__all__ = ["FixedLambda", "RewardAdaptiveLambda"]
+__all__ = ["FixedLambda", "LossBalancer", "RewardAdaptiveLambda"]

@@ -26,7 +26,11 @@ class EnvError(RuntimeError):
 
 @runtime_checkable
 class TextEnv(Protocol):
-    """A text environment: observations and actions are strings (see the module docstring)."""
+    """A text environment: observations and actions are strings (see the module docstring).
+
+    An environment class may also set ``max_return`` (R_max of METHODS.md §3c, the return
+    of a won episode); the reward-adaptive λ reads it unless the config gives ``r_max``.
+    """
 
     def reset(self, seed: int, episode: int = 0) -> tuple[str, dict]:
         """Start the task chosen by ``seed``; ``episode`` seeds the env's own randomness."""

@@ -50,6 +50,8 @@ PERPENDICULAR = {
 class FrozenLakeEnv:
     """FrozenLake on a seeded, always solvable map (see the module docstring for the rules)."""
 
+    max_return = 1.0  # R_max of METHODS.md §3c: the return of a won episode
+
     def __init__(self, size: int = 4, slippery: bool = False, hole_prob: float = 0.2) -> None:
         if size < 2:
             raise ValueError(f"FrozenLake size must be >= 2, got {size}")

@@ -66,6 +66,8 @@ def shortest_plan(walls: frozenset[Pos], targets: frozenset[Pos], state: State) 
 class SokobanEnv:
     """Sokoban on a seeded, verified-solvable level (see the module docstring for the rules)."""
 
+    max_return = 1.0  # R_max of METHODS.md §3c: the return of a won episode
+
     def __init__(
         self, size: int = 6, num_boxes: int = 1, max_generation_tries: int = 1000, max_inner_walls: int = 2
     ) -> None:

@@ -1,15 +1,30 @@
 """Pure training objectives: tensors in, ``LossOutput(loss, metrics)`` out (no Lightning, no model)."""
-from paw_lightning.objectives.advantages import GRPO, AdvantageEstimator, grpo_advantages
+from paw_lightning.objectives.advantages import GRPO, RLOO, AdvantageEstimator, grpo_advantages, rloo_advantages
+from paw_lightning.objectives.gigpo import (
+    GiGPO,
+    anchor_buckets,
+    anchor_diagnostics,
+    discounted_returns,
+    step_advantages,
+)
 from paw_lightning.objectives.policy import PolicyObjective
 from paw_lightning.objectives.types import LossOutput, StepInfo
-from paw_lightning.objectives.world_model import WorldModelObjective
+from paw_lightning.objectives.world_model import ClippedMAE, WorldModelObjective
 
 __all__ = [
     "GRPO",
+    "RLOO",
+    "GiGPO",
     "AdvantageEstimator",
     "LossOutput",
     "PolicyObjective",
     "StepInfo",
     "WorldModelObjective",
+    "ClippedMAE",
+    "anchor_buckets",
+    "anchor_diagnostics",
+    "discounted_returns",
     "grpo_advantages",
+    "rloo_advantages",
+    "step_advantages",
 ]

@@ -17,12 +17,21 @@ Deliberate choices:
 - A group whose returns are all equal gets exactly 0, tested with max == min rather
   than through ``std``, so no rounding residue and no 0/ε blow-up.
 
-GiGPO and RLOO follow the same pattern: a pure function of tensors and a subclass of
+RLOO (REINFORCE leave-one-out, Ahmadian et al. 2024), over the group's distinct trajectories::
+
+    A_i = R(τ_i) − mean_{j≠i} R(τ_j) = n/(n−1) · (R(τ_i) − mean_g R)
+
+computed through the right-hand identity, so it inherits the two rules above: a singleton
+group and a group of equal returns get exactly 0.
+
+GiGPO (``gigpo.py``) follows the same pattern: pure functions of tensors and a subclass of
 ``AdvantageEstimator`` whose typed ``__init__`` arguments are the YAML options.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Literal
 
 import torch
@@ -49,6 +58,18 @@ def _group_normalise(values: torch.Tensor, groups: torch.Tensor, *, norm_by_std:
     lo = torch.full((num_groups,), torch.inf, dtype=values.dtype).scatter_reduce(0, groups, values, "amin")
     constant = hi == lo  # all members equal, which includes every singleton group
     return torch.where(constant[groups], torch.zeros_like(centred), centred)
+
+
+def _per_trajectory(values: torch.Tensor, groups: torch.Tensor, traj_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One entry per trajectory: (its value, its dense group id, each sample's dense trajectory id).
+
+    Every sample of a trajectory carries the same value and group.
+    """
+    _, trajs = torch.unique(traj_ids, return_inverse=True)
+    num_trajs = int(trajs.max()) + 1
+    traj_values = torch.zeros(num_trajs, dtype=values.dtype).scatter_(0, trajs, values)
+    traj_groups = torch.zeros(num_trajs, dtype=groups.dtype).scatter_(0, trajs, groups)
+    return traj_values, traj_groups, trajs
 
 
 def grpo_advantages(
@@ -78,17 +99,37 @@ def grpo_advantages(
         return _group_normalise(returns, groups, norm_by_std=norm_by_std, eps=eps)
     if level != "trajectory":
         raise ValueError(f"level must be 'trajectory' or 'step', got {level!r}")
-    _, trajs = torch.unique(traj_ids, return_inverse=True)
-    num_trajs = int(trajs.max()) + 1
-    # One entry per trajectory (all its samples carry the same return and group).
-    traj_returns = torch.zeros(num_trajs, dtype=returns.dtype).scatter_(0, trajs, returns)
-    traj_groups = torch.zeros(num_trajs, dtype=groups.dtype).scatter_(0, trajs, groups)
+    traj_returns, traj_groups, trajs = _per_trajectory(returns, groups, traj_ids)
     per_traj = _group_normalise(traj_returns, traj_groups, norm_by_std=norm_by_std, eps=eps)
     return per_traj[trajs]
 
 
+def rloo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, traj_ids: torch.Tensor) -> torch.Tensor:
+    """RLOO advantage of every step sample, shape (N,): R(τ_i) minus the mean return of the
+    *other* trajectories of its group (each trajectory counted once); a singleton group gets 0.
+
+    Args:
+        returns: R(τ) of each sample's trajectory (N,), equal for all samples of one trajectory.
+        group_ids: task group of each sample (N,).
+        traj_ids: trajectory of each sample (N,), unique across the update.
+    """
+    returns = returns if returns.is_floating_point() else returns.to(torch.get_default_dtype())
+    _, groups = torch.unique(group_ids, return_inverse=True)
+    traj_returns, traj_groups, trajs = _per_trajectory(returns, groups, traj_ids)
+    centred = _group_normalise(traj_returns, traj_groups, norm_by_std=False, eps=0.0)
+    n = torch.bincount(traj_groups).to(returns.dtype)[traj_groups]
+    # n/(n−1)·(R − mean) = R − leave-one-out mean; n = 1 gives 1·0 (centred is exactly 0 there).
+    return (n / (n - 1).clamp(min=1) * centred)[trajs]
+
+
 class AdvantageEstimator(ABC):
-    """Maps the step samples of one update to one advantage per sample, shape (N,)."""
+    """Maps the step samples of one update to one advantage per sample, shape (N,).
+
+    ``last_diagnostics``: float diagnostics of the last call, keyed ``component/name``, for
+    the caller to log. Empty (and read-only) unless an estimator assigns a fresh dict.
+    """
+
+    last_diagnostics: Mapping[str, float] = MappingProxyType({})
 
     @abstractmethod
     def __call__(self, info: StepInfo) -> torch.Tensor: ...
@@ -121,3 +162,10 @@ class GRPO(AdvantageEstimator):
             level=self.level,
             eps=self.eps,
         )
+
+
+class RLOO(AdvantageEstimator):
+    """REINFORCE leave-one-out: every step of τ_i gets R(τ_i) − mean_{j≠i} R(τ_j) over its group."""
+
+    def __call__(self, info: StepInfo) -> torch.Tensor:
+        return rloo_advantages(info.trajectory_returns(), info.group_ids, info.traj_ids)

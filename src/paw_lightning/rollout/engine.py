@@ -39,29 +39,33 @@ class GenerationEngine:
     Args:
         model: the (possibly FSDP2-sharded) causal LM with LoRA adapters.
         tokenizer: its tokenizer (left padding is used for generation).
-        max_new_tokens: response budget per step.
-        stop: the response ends after this string (``</action>``).
+        max_new_tokens: response budget per step; a response ends after ``</action>``.
     """
 
-    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, stop: str = "</action>"):
+    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
-        self.stop = stop
 
-    @torch.no_grad()
     def generate(self, prompts: list[str], temperature: float, seed: int) -> list[Generation]:
         """Generate one response per prompt (an empty list is allowed: the rank then only keeps
         its peers' collectives going)."""
         prompt_ids = [chat_prompt_ids(self.tokenizer, p) for p in prompts]
+        responses = self.generate_ids(prompt_ids, temperature, seed)
+        return [Generation(ids, r, self.tokenizer.decode(r, skip_special_tokens=True)) for ids, r in zip(prompt_ids, responses)]
+
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: list[list[int]], temperature: float, seed: int, max_new_tokens: int | None = None, stop: str | None = "</action>") -> list[list[int]]:
+        """Continue each token sequence; returns the new tokens, cut after ``stop`` (if given)
+        or after the end-of-turn token."""
         batch = prompt_ids or [[self.tokenizer.eos_token_id]]
         input_ids, attention_mask = self._left_pad(batch)
         device = next(self.model.parameters()).device
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {"do_sample": False}
         config = GenerationConfig(
             **sampling,
-            max_new_tokens=self.max_new_tokens,
-            stop_strings=[self.stop],
+            max_new_tokens=max_new_tokens or self.max_new_tokens,
+            stop_strings=[stop] if stop else None,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
@@ -75,11 +79,7 @@ class GenerationEngine:
                 synced_gpus=distributed.is_distributed(),
             )
         new_tokens = out[:, input_ids.shape[1] :].tolist()
-        results = []
-        for ids, row in zip(prompt_ids, new_tokens):
-            response = self._cut(row)
-            results.append(Generation(ids, response, self.tokenizer.decode(response, skip_special_tokens=True)))
-        return results
+        return [self._cut(row, stop) for row in new_tokens[: len(prompt_ids)]]
 
     def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(ids) for ids in batch)
@@ -88,7 +88,7 @@ class GenerationEngine:
         attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
         return input_ids, attention_mask
 
-    def _cut(self, row: list[int]) -> list[int]:
+    def _cut(self, row: list[int], stop: str | None = "</action>") -> list[int]:
         """Keep tokens up to and including the first end-of-turn token or the token completing
         the stop string; everything after it is padding from finished rows."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
@@ -98,7 +98,8 @@ class GenerationEngine:
                 return row[: i + 1]
             if token == pad:
                 return row[:i]
-            text += self.tokenizer.decode([token])
-            if self.stop in text[-(len(self.stop) + 32) :]:
-                return row[: i + 1]
+            if stop:
+                text += self.tokenizer.decode([token])
+                if stop in text[-(len(stop) + 32) :]:
+                    return row[: i + 1]
         return row

@@ -63,7 +63,7 @@ class RolloutBuffer:
     trajectories: list[Trajectory]
     old_logprobs: list[torch.Tensor] = field(default_factory=list)
     ref_logprobs: list[torch.Tensor] = field(default_factory=list)
-    action_entropy: torch.Tensor | None = None  # mean action-token entropy per transition
+    action_entropy: dict[str, torch.Tensor] = field(default_factory=dict)  # estimator -> mean action-token entropy per transition
     advantages: torch.Tensor | None = None
     wm_selected: torch.Tensor | None = None
 

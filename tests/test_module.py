@@ -1,0 +1,89 @@
+"""PaWModule pieces on the tiny model, without a Trainer."""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+import paw_lightning.module as module_lib
+from paw_lightning.model import LMConfig
+from paw_lightning.module import PaWModule
+from paw_lightning.objectives import ClippedMAE, PolicyObjective
+from paw_lightning.rollout.collector import Step, Trajectory
+from paw_lightning.rollout.engine import chat_prompt_ids
+from paw_lightning.rollout.samples import build_buffer
+
+
+def make_module(tiny_model_dir, **kwargs) -> PaWModule:
+    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)), **kwargs)
+    module.configure_model()
+    with torch.no_grad():  # a non-zero adapter, so the reference policy differs from π_θ
+        for name, p in module.lm.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return module
+
+
+def rollout(module, n_groups=2, steps=3):
+    tok = module.tokenizer
+    trajs = []
+    for g in range(n_groups):
+        for e in range(2):
+            traj = Trajectory(g, 2 * g + e, g)
+            for t in range(steps):
+                response = tok.encode(f"<think>{'ab' * (t + e)}</think><action>Up</action>", add_special_tokens=False)
+                traj.steps.append(Step(f"o{t}", chat_prompt_ids(tok, f"task {g} step {t}"), response, "", "Up", float(e), f"obs {g} {t}\n_P_", t == steps - 1))
+            trajs.append(traj)
+    return build_buffer(trajs, tok)
+
+
+def test_world_model_segment_does_not_change_action_logprobs(tiny_model_dir):
+    module = make_module(tiny_model_dir)
+    buffer = rollout(module)
+    full = buffer.collate([0])
+    action = full["action_mask"][0]
+    end = int(action.nonzero().max()) + 1  # cut right after the response: no world-model segment
+    short = {**full, "input_ids": full["input_ids"][:, :end], "attention_mask": full["attention_mask"][:, :end]}
+    with torch.no_grad():
+        with_segment = module.token_outputs(full)["logprobs"][0, :end]
+        without = module.token_outputs(short)["logprobs"][0]
+    assert torch.allclose(with_segment[action[:end]], without[action[:end]], atol=1e-6)
+
+
+class CountingReference:
+    def __init__(self):
+        self.calls = 0
+
+    @contextlib.contextmanager
+    def __call__(self, model):
+        self.calls += 1
+        with model.disable_adapter():
+            yield
+
+
+def test_kl_coef_zero_skips_the_reference_forward(tiny_model_dir, monkeypatch):
+    for kl_coef, expected_calls in ((0.0, 0), (0.01, 3)):  # 12 samples / score_batch_size 4 = 3 forwards
+        counter = CountingReference()
+        monkeypatch.setattr(module_lib, "reference_policy", counter)
+        module = make_module(tiny_model_dir, policy_objective=PolicyObjective(kl_coef=kl_coef), score_batch_size=4)
+        buffer = rollout(module)
+        module.prepare_update(buffer)
+        assert counter.calls == expected_calls
+        assert len(buffer.ref_logprobs) == (12 if kl_coef else 0)
+        if kl_coef:  # the reference differs from π_θ once the adapter is non-zero
+            assert not torch.allclose(buffer.ref_logprobs[0], buffer.old_logprobs[0])
+
+
+def test_prepare_update_selects_the_top_alpha_transitions(tiny_model_dir):
+    module = make_module(tiny_model_dir, world_model_objective=ClippedMAE(alpha=0.75))
+    buffer = rollout(module)
+    module.prepare_update(buffer)
+    entropy = buffer.action_entropy["full"]
+    selected = buffer.wm_selected
+    assert selected.sum() == math.ceil(0.75 * 12)
+    assert entropy[selected].min() >= entropy[~selected].max()
+    assert buffer.advantages.shape == (12,)
+    # GRPO at trajectory level: returns per group are 0·3 = 0 and 1·3 = 3 → ±0.7071 on every step
+    assert torch.allclose(buffer.advantages.abs(), torch.full((12,), 0.70710677), atol=1e-4)
+    assert {"wm/entropy_p50", "wm/update_selected_fraction"} <= set(module.update_metrics)
