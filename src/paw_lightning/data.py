@@ -116,7 +116,7 @@ class RolloutDataModule(LightningDataModule):
         epoch = self.trainer.current_epoch
         tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.groups)]
         trajectories = self._collect(module, tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
-        buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
+        buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens, world_model=module.world_model_objective is not None)
         module.prepare_update(buffer)
         self.rollout = buffer
         self.episode_metrics["train"] = episode_metrics(trajectories)

@@ -144,15 +144,19 @@ class PaWModule(LightningModule):
         n_forwards = distributed.max_across_ranks(len(chunks))
         old, ref, entropy = [], [], {"full": [], "sampled": []}
         for k in range(n_forwards):
-            indices = chunks[min(k, len(chunks) - 1)] if chunks else [0]
-            batch = {key: v.to(self.device) for key, v in buffer.collate(indices).items()} if chunks else self._dummy_batch()
+            if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
+                self.token_outputs(self._dummy_batch())
+                if self.policy_objective.needs_reference:
+                    with reference_policy(self.lm):
+                        self.token_outputs(self._dummy_batch())
+                continue
+            indices = chunks[k]
+            batch = {key: v.to(self.device) for key, v in buffer.collate(indices).items()}
             outputs = self.token_outputs(batch, entropy=True)
             ref_lp = None
             if self.policy_objective.needs_reference:
                 with reference_policy(self.lm):
                     ref_lp = self.token_outputs(batch)["logprobs"]
-            if k >= len(chunks):
-                continue  # a dummy forward that keeps this rank in step with its peers
             for name in entropy:
                 entropy[name].append(transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu())
             for row, i in enumerate(indices):
@@ -167,7 +171,7 @@ class PaWModule(LightningModule):
     def _dummy_batch(self) -> dict[str, torch.Tensor]:
         """A one-token batch for a rank that has no samples while its peers still run forwards."""
         ids = torch.tensor([[self.tokenizer.eos_token_id, self.tokenizer.eos_token_id]], device=self.device)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": torch.zeros_like(ids, dtype=torch.bool), "keep_from": torch.tensor([1])}
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "keep_from": torch.tensor([1])}
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

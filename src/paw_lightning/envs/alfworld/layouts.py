@@ -1,0 +1,153 @@
+"""Floor plans and object rules for the ALFWorld generator, read from the ``alfworld`` package.
+
+Everything here comes from what ``alfworld`` ships, nothing is invented except where stated:
+
+- ``alfworld/gen/layouts/FloorPlan<N>-objects.json``: the object and receptacle *types*
+  present in floor plan N (120 plans: kitchens 1-30, living rooms 201-230, bedrooms
+  301-330, bathrooms 401-430).
+- ``alfworld/gen/layouts/FloorPlan<N>-openable.json``: receptacle *instances* with their
+  ALFRED ids (``Cabinet|+00.68|+00.50|-02.20``) and the agent pose from which each one is
+  used (x, z, rotation, horizon); the pose becomes the PDDL location
+  ``loc|x/0.25|z/0.25|rotation/90|horizon``, as in ALFRED's planner states.
+- ``alfworld/gen/layouts/FloorPlan<N>-layout.npy``: the navigable (x, z) points.
+- ``alfworld.gen.constants``: ``VAL_RECEPTACLE_OBJECTS`` (which object type may be placed
+  in which receptacle type), ``VAL_ACTION_OBJECTS`` (cleanable / heatable / coolable /
+  sliceable / toggleable), ``OPENABLE_CLASS_SET``, ``MOVABLE_RECEPTACLES``,
+  ``GOALS_VALID`` (room types of each task type) and ``TEST_SCENE_NUMBERS``.
+
+Deliberate simplifications (ours):
+
+- A receptacle type listed in ``objects.json`` but without instances in ``openable.json``
+  (garbage cans, stove burners, toasters, coffee machines, towel holders, ...) gets
+  ``EXTRA_RECEPTACLE_COUNT`` instances (1, stove burners 4) at navigable points drawn from
+  a per-floor-plan seeded RNG (so the same on every run).
+- Desk and floor lamps are not placeable in ALFRED's rules, but ALFWorld's ``use`` action
+  needs the lamp *in* a receptacle at the agent's location: a lamp is put on one
+  receptacle of ``LAMP_HOLDERS`` (desk, side table, dresser, ...).
+- Movable receptacles (bowl, mug, plate, ...) are ordinary objects: ALFWorld's text games
+  have no "put into an object" command.
+- Non-interactive scenery (windows, chairs, paintings, light switches) is left out: no
+  ALFWorld action refers to it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import re
+from dataclasses import dataclass
+
+import alfworld.gen.constants as C
+
+LAYOUT_DIR = os.path.join(os.path.dirname(C.__file__), "layouts")
+
+ROOM_TYPES = {"Kitchen": range(1, 31), "LivingRoom": range(201, 231), "Bedroom": range(301, 331), "Bathroom": range(401, 431)}
+ALL_FLOOR_PLANS: tuple[int, ...] = tuple(n for r in ROOM_TYPES.values() for n in r)
+#: Held out for the out-of-distribution split by default: ALFRED's test scenes (6 per room type).
+DEFAULT_OOD_FLOOR_PLANS: tuple[int, ...] = tuple(sorted(C.TEST_SCENE_NUMBERS))
+
+EXTRA_RECEPTACLE_COUNT = {"StoveBurner": 4}
+LAMPS = ("DeskLamp", "FloorLamp")
+LAMP_HOLDERS = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand", "ArmChair", "Sofa", "Bed")
+
+MOVABLE_RECEPTACLES = frozenset(C.MOVABLE_RECEPTACLES)
+STATIC_RECEPTACLE_TYPES = frozenset(C.VAL_RECEPTACLE_OBJECTS) - MOVABLE_RECEPTACLES
+OPENABLE_TYPES = frozenset(C.OPENABLE_CLASS_SET)
+CLEANABLE = frozenset(C.VAL_ACTION_OBJECTS["Cleanable"])
+HEATABLE = frozenset(C.VAL_ACTION_OBJECTS["Heatable"])
+COOLABLE = frozenset(C.VAL_ACTION_OBJECTS["Coolable"])
+SLICEABLE = frozenset(C.VAL_ACTION_OBJECTS["Sliceable"])
+TOGGLEABLE = frozenset(C.VAL_ACTION_OBJECTS["Toggleable"])
+#: Object types that can be placed somewhere (ALFRED's pickupable objects, sliced ones excluded).
+PLACEABLE = frozenset(o for objs in C.VAL_RECEPTACLE_OBJECTS.values() for o in objs if not o.endswith("Sliced"))
+GOALS_VALID = {task: frozenset(rooms) for task, rooms in C.GOALS_VALID.items()}
+
+
+def can_hold(receptacle_type: str, object_type: str) -> bool:
+    """ALFRED's rule: may ``object_type`` be placed in ``receptacle_type``?"""
+    return object_type in C.VAL_RECEPTACLE_OBJECTS.get(receptacle_type, ())
+
+
+def room_type(floor_plan: int) -> str:
+    for room, numbers in ROOM_TYPES.items():
+        if floor_plan in numbers:
+            return room
+    raise ValueError(f"unknown floor plan {floor_plan}")
+
+
+@dataclass(frozen=True)
+class Receptacle:
+    """A receptacle instance: ALFRED id (``Cabinet|+00.68|...``), type, PDDL location id."""
+
+    id: str
+    type: str
+    location: str
+
+
+@dataclass(frozen=True)
+class FloorPlan:
+    """What a floor plan offers the generator (see the module docstring)."""
+
+    number: int
+    room: str
+    receptacles: tuple[Receptacle, ...]
+    object_types: tuple[str, ...]  # placeable object types present, sorted
+    lamps: tuple[str, ...]  # toggleable lamp types present
+    free_points: tuple[tuple[int, int], ...]  # navigable grid points that hold no receptacle
+
+    @property
+    def receptacle_types(self) -> frozenset[str]:
+        return frozenset(r.type for r in self.receptacles)
+
+    def receptacles_of(self, rtype: str) -> list[Receptacle]:
+        return [r for r in self.receptacles if r.type == rtype]
+
+
+def _location(x: float, z: float, rotation: float, horizon: float) -> str:
+    return "loc|%d|%d|%d|%d" % (round(x / C.AGENT_STEP_SIZE), round(z / C.AGENT_STEP_SIZE), round(rotation / 90) % 4, horizon)
+
+
+def _receptacle_type(alfred_id: str) -> str:
+    """``Sink|-01.90|+00.97|-01.50|SinkBasin`` -> SinkBasin; ``Cabinet|+00.68|...`` -> Cabinet."""
+    parts = alfred_id.split("|")
+    return parts[-1] if len(parts) > 4 and not re.match(r"^[+-]?\d", parts[-1]) else parts[0]
+
+
+@functools.lru_cache(maxsize=None)
+def load_floor_plan(number: int) -> FloorPlan:
+    """Read floor plan ``number`` from ``alfworld/gen/layouts`` (cached)."""
+    import numpy as np
+
+    base = os.path.join(LAYOUT_DIR, f"FloorPlan{number}")
+    with open(f"{base}-objects.json") as f:
+        present = set(json.load(f))
+    with open(f"{base}-openable.json") as f:
+        poses = json.load(f)
+    points = sorted({(round(x / C.AGENT_STEP_SIZE), round(z / C.AGENT_STEP_SIZE)) for x, z in np.load(f"{base}-layout.npy")})
+
+    receptacles = []
+    for alfred_id, (x, z, rotation, horizon) in sorted(poses.items()):
+        rtype = _receptacle_type(alfred_id)
+        if rtype in STATIC_RECEPTACLE_TYPES:
+            receptacles.append(Receptacle(alfred_id, rtype, _location(x, z, rotation, horizon)))
+    have = {r.type for r in receptacles}
+    for rtype in sorted(present & STATIC_RECEPTACLE_TYPES - have):
+        rng = random.Random(f"alfworld-extra-receptacle:{number}:{rtype}")
+        for k in range(1, EXTRA_RECEPTACLE_COUNT.get(rtype, 1) + 1):
+            px, pz = rng.choice(points)
+            stem = rtype[: -len("Basin")] + f"|extra|{k}|{rtype}" if rtype.endswith("Basin") else f"{rtype}|extra|{k}"
+            receptacles.append(Receptacle(stem, rtype, "loc|%d|%d|%d|30" % (px, pz, rng.randrange(4))))
+
+    used = {tuple(int(v) for v in r.location.split("|")[1:3]) for r in receptacles}
+    rtypes = {r.type for r in receptacles}
+    objects = tuple(sorted(o for o in present & PLACEABLE if any(can_hold(rt, o) for rt in rtypes)))
+    lamps = tuple(lamp for lamp in LAMPS if lamp in present and rtypes & set(LAMP_HOLDERS))
+    return FloorPlan(
+        number=number,
+        room=room_type(number),
+        receptacles=tuple(receptacles),
+        object_types=objects,
+        lamps=lamps,
+        free_points=tuple(p for p in points if p not in used),
+    )
