@@ -17,6 +17,7 @@ DIAGNOSTICS = ["train/policy/clip_frac", "train/policy/approx_kl", "train/policy
         ("grpo_step", "vanilla", []),
         ("gigpo", "paw", ["train/gigpo/anchor_group_size_mean", "train/gigpo/singleton_fraction", "train/wm/clipped_ratio"]),
         ("rloo", "paw_ce", ["train/wm/loss"]),
+        ("ppo", "paw", ["train/value/loss", "train/value/explained_variance"]),
     ],
 )
 def test_algorithm_overlay_trains(tiny_model_dir, tmp_path, monkeypatch, algorithm, objective, extra_metrics):

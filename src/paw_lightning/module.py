@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.strategies import ModelParallelStrategy
+from torch.distributed.fsdp import fully_shard
 from torchmetrics.functional.text import char_error_rate
 
 from paw_lightning import distributed
@@ -65,6 +66,7 @@ class PaWModule(LightningModule):
         self.wm_eval_samples = wm_eval_samples
         self.tokenizer = load_tokenizer(self.lm_config)  # also validates the model source early
         self.lm = None
+        self.value_head: torch.nn.Linear | None = None  # PPO's critic, built in configure_model
         self.wm_lambda: dict[int, float] | None = None  # set by a loss-balancing callback
         self.update_metrics: dict[str, float] = {}  # diagnostics of the current update's preparation
 
@@ -73,11 +75,26 @@ class PaWModule(LightningModule):
         if self.lm is not None:
             return
         self.lm = load_model(self.lm_config)
+        if self.critic is not None:  # PPO: V(h_t) from the last hidden state of the prompt
+            self.value_head = torch.nn.Linear(self.lm.config.hidden_size, 1)
+            torch.nn.init.normal_(self.value_head.weight, std=1e-3)
+            torch.nn.init.zeros_(self.value_head.bias)
         if self._trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy):
             shard_model(self.lm, self.device_mesh["data_parallel"])
+            if self.critic is not None:
+                fully_shard(self.value_head, mesh=self.device_mesh["data_parallel"])
+
+    @property
+    def critic(self):
+        """The advantage estimator when it needs a critic (PPO's GAE), else ``None``."""
+        estimator = self.policy_objective.advantage
+        return estimator if getattr(estimator, "needs_critic", False) else None
 
     def configure_optimizers(self):
-        return self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
+        actor = [p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("value_head.")]
+        if self.critic is None:
+            return self.optimizer_factory(actor)
+        return self.optimizer_factory([{"params": actor}, {"params": list(self.value_head.parameters()), "lr": self.critic.critic_lr}])
 
     def on_fit_start(self) -> None:
         trainer = self.trainer
@@ -92,11 +109,15 @@ class PaWModule(LightningModule):
     # --------------------------------------------------------------- forward
     def token_outputs(self, batch: dict, entropy: bool = False, argmax: bool = False) -> dict[str, torch.Tensor]:
         """Per-token log p(x_t | x_<t), aligned with ``input_ids`` (zeros before ``keep_from``),
-        optionally the entropy of the predictive distribution and whether argmax == x_t."""
+        optionally the entropy of the predictive distribution and whether argmax == x_t; with a
+        critic also ``values`` V(h_t), read at each sample's last prompt token."""
         input_ids = batch["input_ids"]
         keep_from = int(batch["keep_from"])
         width = input_ids.shape[1]
-        out = self.lm(input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=width - keep_from + 1, use_cache=False)
+        with_values = self.critic is not None and "prompt_lengths" in batch
+        out = self.lm(
+            input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=width - keep_from + 1, use_cache=False, output_hidden_states=with_values
+        )
         logp = out.logits[:, :-1].float().log_softmax(-1)
         targets = input_ids[:, keep_from:]
 
@@ -106,6 +127,9 @@ class PaWModule(LightningModule):
             return result
 
         outputs = {"logprobs": full(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))}
+        if with_values:
+            last_prompt = out.hidden_states[-1][torch.arange(len(input_ids)), batch["prompt_lengths"] - 1]
+            outputs["values"] = self.value_head(last_prompt.float()).squeeze(-1)
         if entropy:
             outputs["entropy"] = full(-(logp.exp() * logp).sum(-1))
         if argmax:
@@ -116,7 +140,10 @@ class PaWModule(LightningModule):
         """Everything an update needs before its first mini-batch: the scoring pass, the
         advantages and the world-model selection S_α (global over all ranks)."""
         self.score(buffer)
-        buffer.advantages = self.policy_objective.advantages(buffer.info)
+        if self.critic is not None:
+            buffer.advantages, buffer.returns = self.critic.advantages_and_returns(buffer.info)
+        else:
+            buffer.advantages = self.policy_objective.advantages(buffer.info)
         self.update_metrics = dict(getattr(self.policy_objective.advantage, "last_diagnostics", {}))
         wm = self.world_model_objective
         if wm is None:
@@ -142,7 +169,7 @@ class PaWModule(LightningModule):
         self.lm.eval()
         chunks = [list(range(i, min(i + self.score_batch_size, len(buffer)))) for i in range(0, len(buffer), self.score_batch_size)]
         n_forwards = distributed.max_across_ranks(len(chunks))
-        old, ref, entropy = [], [], {"full": [], "sampled": []}
+        old, ref, values, entropy = [], [], [], {"full": [], "sampled": []}
         for k in range(n_forwards):
             if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
                 self.token_outputs(self._dummy_batch())
@@ -157,6 +184,8 @@ class PaWModule(LightningModule):
             if self.policy_objective.needs_reference:
                 with reference_policy(self.lm):
                     ref_lp = self.token_outputs(batch)["logprobs"]
+            if "values" in outputs:
+                values.append(outputs["values"].float().cpu())
             for name in entropy:
                 entropy[name].append(transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu())
             for row, i in enumerate(indices):
@@ -165,6 +194,8 @@ class PaWModule(LightningModule):
                 if ref_lp is not None:
                     ref.append(ref_lp[row, :n].cpu())
         buffer.old_logprobs, buffer.ref_logprobs = old, ref
+        if values:
+            buffer.info.values = torch.cat(values)
         buffer.action_entropy = {name: torch.cat(values) if values else torch.zeros(0) for name, values in entropy.items()}
         self.lm.train(was_training)
 
@@ -187,6 +218,10 @@ class PaWModule(LightningModule):
             entropy=outputs.get("entropy"),
         )
         loss, metrics = policy.loss, dict(policy.metrics)
+        if self.critic is not None:
+            value = self.critic.value_loss(outputs["values"], batch["old_values"], batch["returns"])
+            loss = loss + self.critic.value_coef * value.loss
+            metrics.update(value.metrics)
         if self.world_model_objective is not None:
             wm = self.world_model_objective(
                 outputs["logprobs"], batch["obs_mask"], batch["group_ids"], self.group_lambdas(batch["group_ids"]), batch.get("wm_selected")

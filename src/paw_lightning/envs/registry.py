@@ -1,7 +1,9 @@
 """Environment registry: turn a config name plus keyword arguments into an env factory.
 
-``name`` is a registry key (``"frozenlake"``, ``"sokoban"``) or a dotted import path
-``"package.module.ClassName"`` to a user environment implementing ``TextEnv``. The
+``name`` is a registry key (``"frozenlake"``, ``"sokoban"``, ``"alfworld"``) or a dotted import
+path ``"package.module.ClassName"`` to a user environment implementing ``TextEnv``. A registry
+entry may itself be a dotted path, imported on first use (``alfworld``: importing
+paw_lightning does not import textworld). The
 factory is a ``functools.partial`` of the class, so it pickles by reference and can be
 sent to ``EnvPool`` worker processes. Keyword arguments are checked against the class
 signature up front (without building an environment), so a typo in a config fails at
@@ -18,13 +20,16 @@ from paw_lightning.envs.base import TextEnv
 from paw_lightning.envs.frozenlake import FrozenLakeEnv
 from paw_lightning.envs.sokoban import SokobanEnv
 
-ENV_REGISTRY: dict[str, type] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv}
+ENV_REGISTRY: dict[str, type | str] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv}
+ENV_REGISTRY["alfworld"] = "paw_lightning.envs.alfworld.env.AlfWorldEnv"  # a dotted path: imported on first use
 
 
 def resolve_env_class(name: str) -> type:
     """The environment class for a registry key or a dotted path; ``ValueError`` otherwise."""
     if name in ENV_REGISTRY:
-        return ENV_REGISTRY[name]
+        if not isinstance(ENV_REGISTRY[name], str):
+            return ENV_REGISTRY[name]
+        name = ENV_REGISTRY[name]
     module_name, _, class_name = name.rpartition(".")
     if not module_name:
         choices = ", ".join(sorted(ENV_REGISTRY))

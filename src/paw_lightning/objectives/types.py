@@ -23,6 +23,7 @@ class StepInfo:
     ``step_ids``: index t of the step inside its trajectory.
     ``rewards``: r_t of that step (invalid-action penalty already included).
     ``anchor_obs``: the current observation o_t as text (GiGPO's anchor state).
+    ``values``: the critic's V(h_t) from the scoring pass (only with a critic, PPO).
     """
 
     group_ids: torch.Tensor
@@ -30,6 +31,7 @@ class StepInfo:
     step_ids: torch.Tensor
     rewards: torch.Tensor
     anchor_obs: list[str] = field(default_factory=list)
+    values: torch.Tensor | None = None
 
     def trajectory_returns(self) -> torch.Tensor:
         """R(τ) = Σ_t r_t of each sample's trajectory, broadcast to every step sample (shape N)."""

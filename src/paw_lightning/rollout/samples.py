@@ -65,6 +65,7 @@ class RolloutBuffer:
     ref_logprobs: list[torch.Tensor] = field(default_factory=list)
     action_entropy: dict[str, torch.Tensor] = field(default_factory=dict)  # estimator -> mean action-token entropy per transition
     advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None  # value targets (PPO)
     wm_selected: torch.Tensor | None = None
 
     def __len__(self) -> int:
@@ -87,6 +88,7 @@ class RolloutBuffer:
             "obs_mask": pad(self.obs_mask, False),
             "group_ids": self.info.group_ids[indices],
             "keep_from": self.prompt_lengths[indices].min().reshape(1),
+            "prompt_lengths": self.prompt_lengths[indices],
         }
         for name in ("old_logprobs", "ref_logprobs"):
             values = getattr(self, name)
@@ -96,6 +98,9 @@ class RolloutBuffer:
             batch["advantages"] = self.advantages[indices]
         if self.wm_selected is not None:
             batch["wm_selected"] = self.wm_selected[indices]
+        if self.info.values is not None and self.returns is not None:
+            batch["old_values"] = self.info.values[indices]
+            batch["returns"] = self.returns[indices]
         return batch
 
 

@@ -38,16 +38,15 @@ Output is the official ``json_2.1.1`` layout: ``<split dir>/<task_type>-<Object>
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import random
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import alfworld.gen.goal_library as glib
 
+from paw_lightning.envs.alfworld import engine as E
 from paw_lightning.envs.alfworld import layouts as L
 
 GENERATOR_VERSION = 1
@@ -215,44 +214,43 @@ def problem_text(spec: GameSpec) -> str:
     )
 
 
-@contextlib.contextmanager
-def preserved_argv():
-    """fast-downward's translator overwrites ``sys.argv``; put it back afterwards."""
-    saved = list(sys.argv)
-    try:
-        yield
-    finally:
-        sys.argv[:] = saved
-
-
 class Verifier:
-    """Plans with textworld's bundled fast-downward and replays the plan as text commands."""
+    """Solvability check: the bundled planner plans, the text engine replays the plan.
+
+    fast-downward's search (textworld's ``replan``) takes ~10 s on a full kitchen problem
+    because of the many distractor objects, so (ours) the planner is given the *relevant*
+    problem: the same receptacles, locations and start, and only the instances of the
+    target type and the lamps. Distractors never appear in a precondition of a plan that
+    does not touch them (the domain has no capacity limits), and the demangled names of the
+    kept entities are the same, so the plan is then replayed command by command through the
+    *full* game and must be admissible at every step and end in a win: the replay, not the
+    argument, is the check.
+    """
 
     def __init__(self) -> None:
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-        from textworld.envs.pddl import PddlEnv
+        self._plan_env = E.make_pddl_env(admissible_commands=True, policy_commands=True)
+        self._play_env = E.make_pddl_env(admissible_commands=True)
 
-        self._plan_env = AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, policy_commands=True)))
-        self._play_env = AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True)))
-
-    def solve(self, game: dict) -> list[str] | None:
-        """A winning command sequence for ``game`` (a ``game.tw-pddl`` dict), else None."""
-        with preserved_argv():
+    def solve(self, spec: GameSpec) -> list[str] | None:
+        """A winning command sequence for the game of ``spec``, else None."""
+        relevant = replace(spec, objects=[o for o in spec.objects if o[1] in (spec.object_target, spec.toggle_target)])
+        with E.memoized_translation():
             try:
-                self._plan_env.load(game)
+                self._plan_env.load(game_files(relevant, None, {})[0])
                 state = self._plan_env.reset()
-            except Exception:  # a problem the translator rejects is unsolvable for us
+            except Exception:  # a problem the translator rejects counts as unsolvable
                 return None
             plan = list(state["policy_commands"] or [])
             if not plan or state["won"]:
                 return None
-            self._play_env.load(game)
+            self._play_env.load(game_files(spec, None, {})[0])
             state = self._play_env.reset()
+            if state["won"]:
+                return None
             for command in plan:
                 if command not in state["admissible_commands"]:
                     return None
-                state, _, done = self._play_env.step(command)
+                state, _, _ = self._play_env.step(command)
             return plan if state["won"] else None
 
 
@@ -329,8 +327,83 @@ def draw_game(config: GeneratorConfig, split: str, index: int, verifier: Verifie
             bucket = int(hashlib.sha256(spec.signature().encode()).hexdigest(), 16) % ID_BUCKETS
             if (bucket == 0) != (split == "eval_in_distribution"):
                 continue
-        game, _ = game_files(spec, None, {})
-        plan = verifier.solve(game)
+        plan = verifier.solve(spec)
         if plan is not None:
             return spec, plan
     raise RuntimeError(f"no solvable ALFWorld game after {MAX_DRAWS} draws (split {split}, index {index}, mix {weights})")
+
+
+def default_cache_dir() -> str:
+    """``$PAW_LIGHTNING_CACHE/alfworld`` (default ``~/.cache/paw_lightning/alfworld``)."""
+    return os.path.join(os.path.expanduser(os.environ.get("PAW_LIGHTNING_CACHE", "~/.cache/paw_lightning")), "alfworld")
+
+
+class GameStore:
+    """Generated games cached on disk, in the official layout, generated on first use.
+
+    ``<cache_dir>/generated-<config key>/json_2.1.1/<split dir>/<task dir>/trial_…/`` holds
+    the games (a tree the official-data loader reads as it is);
+    ``<cache_dir>/generated-<config key>/index/<split dir>/<i>.json`` maps game ``i`` of a
+    split to its directory. Files are written to a temporary name and renamed, so several
+    processes may generate the same game at once: they write identical files and the
+    first rename wins.
+    """
+
+    def __init__(self, config: GeneratorConfig | None = None, cache_dir: str | None = None) -> None:
+        self.config = config or GeneratorConfig()
+        self.root = os.path.join(cache_dir or default_cache_dir(), f"generated-{self.config.key()}")
+        self.data_root = os.path.join(self.root, "json_2.1.1")
+        self._verifier: Verifier | None = None
+
+    def _index_file(self, split: str, index: int) -> str:
+        return os.path.join(self.root, "index", SPLITS[split], f"{index:06d}.json")
+
+    def entry(self, split: str, index: int) -> dict:
+        """``{"gamefile", "task_type", "task_desc"}`` of game ``index`` of ``split`` (generated if missing)."""
+        self.config.floor_plans(split)  # validates the split name
+        path = self._index_file(split, index)
+        if not os.path.exists(path):
+            self._generate(split, index)
+        with open(path) as f:
+            entry = json.load(f)
+        entry["gamefile"] = os.path.join(self.data_root, entry["relpath"], "game.tw-pddl")
+        return entry
+
+    def ensure(self, split: str, num_games: int, start: int = 0, progress: bool = True) -> None:
+        """Generate (or find cached) games ``start … start+num_games-1`` of ``split``."""
+        from tqdm.auto import tqdm
+
+        for index in tqdm(range(start, start + num_games), desc=f"alfworld {split}", disable=not progress, unit="game"):
+            self.entry(split, index)
+
+    def _generate(self, split: str, index: int) -> None:
+        if self._verifier is None:
+            self._verifier = Verifier()
+        spec, plan = draw_game(self.config, split, index, self._verifier)
+        trial = f"trial_G{self.config.key()}_{index:06d}"
+        relpath = os.path.join(SPLITS[split], spec.task_dir, trial)
+        extra = {"trial": trial, "seed": self.config.seed, "config_key": self.config.key(), "split": split, "index": index}
+        game, traj = game_files(spec, plan, extra)
+        final = os.path.join(self.data_root, relpath)
+        if not os.path.exists(final):
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            tmp = f"{final}.tmp{os.getpid()}"
+            os.makedirs(tmp, exist_ok=True)
+            with open(os.path.join(tmp, "game.tw-pddl"), "w") as f:
+                json.dump(game, f)
+            with open(os.path.join(tmp, "traj_data.json"), "w") as f:
+                json.dump(traj, f, indent=2)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process finished first: identical content
+                for name in os.listdir(tmp):
+                    os.remove(os.path.join(tmp, name))
+                os.rmdir(tmp)
+        index_file = self._index_file(split, index)
+        os.makedirs(os.path.dirname(index_file), exist_ok=True)
+        with open(f"{index_file}.tmp{os.getpid()}", "w") as f:
+            json.dump({"relpath": relpath, "task_type": spec.task_type, "task_desc": spec.task_desc}, f)
+        os.replace(f"{index_file}.tmp{os.getpid()}", index_file)
+        with open(os.path.join(self.root, "config.json"), "w") as f:
+            json.dump({"generator_version": GENERATOR_VERSION, "seed": self.config.seed,
+                       "task_mix": self.config.weights(), "ood_floor_plans": list(self.config.ood_floor_plans)}, f)

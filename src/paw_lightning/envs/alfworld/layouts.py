@@ -19,8 +19,8 @@ Deliberate simplifications (ours):
 
 - A receptacle type listed in ``objects.json`` but without instances in ``openable.json``
   (garbage cans, stove burners, toasters, coffee machines, towel holders, ...) gets
-  ``EXTRA_RECEPTACLE_COUNT`` instances (1, stove burners 4) at navigable points drawn from
-  a per-floor-plan seeded RNG (so the same on every run).
+  ``EXTRA_RECEPTACLE_COUNT`` instances (1, stove burners 4) at navigable points not used by
+  another receptacle, drawn from a per-floor-plan seeded RNG (the same on every run).
 - Desk and floor lamps are not placeable in ALFRED's rules, but ALFWorld's ``use`` action
   needs the lamp *in* a receptacle at the agent's location: a lamp is put on one
   receptacle of ``LAMP_HOLDERS`` (desk, side table, dresser, ...).
@@ -132,14 +132,15 @@ def load_floor_plan(number: int) -> FloorPlan:
         if rtype in STATIC_RECEPTACLE_TYPES:
             receptacles.append(Receptacle(alfred_id, rtype, _location(x, z, rotation, horizon)))
     have = {r.type for r in receptacles}
+    used = {tuple(int(v) for v in r.location.split("|")[1:3]) for r in receptacles}
     for rtype in sorted(present & STATIC_RECEPTACLE_TYPES - have):
         rng = random.Random(f"alfworld-extra-receptacle:{number}:{rtype}")
         for k in range(1, EXTRA_RECEPTACLE_COUNT.get(rtype, 1) + 1):
-            px, pz = rng.choice(points)
+            px, pz = rng.choice([p for p in points if p not in used])
+            used.add((px, pz))
             stem = rtype[: -len("Basin")] + f"|extra|{k}|{rtype}" if rtype.endswith("Basin") else f"{rtype}|extra|{k}"
             receptacles.append(Receptacle(stem, rtype, "loc|%d|%d|%d|30" % (px, pz, rng.randrange(4))))
 
-    used = {tuple(int(v) for v in r.location.split("|")[1:3]) for r in receptacles}
     rtypes = {r.type for r in receptacles}
     objects = tuple(sorted(o for o in present & PLACEABLE if any(can_hold(rt, o) for rt in rtypes)))
     lamps = tuple(lamp for lamp in LAMPS if lamp in present and rtypes & set(LAMP_HOLDERS))

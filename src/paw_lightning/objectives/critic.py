@@ -1,0 +1,83 @@
+"""PPO with a critic: turn-level GAE advantages and a clipped value loss (METHODS.md §2).
+
+A small trainable value head on the shared model's last hidden state reads the prompt's
+final token, ``V_t = V(h_t)``. Advantages are computed per step of a trajectory (one
+sample per step, ours; the same unit every other estimator uses)::
+
+    δ_t = r_t + γ·V_{t+1} − V_t          (V_{T} = 0 after the last step)
+    A_t = δ_t + γλ·A_{t+1}               R_t = A_t + V_t  (the value target)
+
+and broadcast to the step's action tokens. Deliberate simplifications: an episode cut at
+``max_steps`` is treated as terminal (no bootstrap); with ``whiten`` (default, as verl)
+the advantages are normalised to mean 0, std 1 over the update on this rank.
+
+Value loss (PPO2 style, ``value_clip`` ε_v around the scoring-pass value V_old)::
+
+    L_V = ½ · mean( max((V − R)², (V_old + clip(V − V_old, −ε_v, ε_v) − R)²) )
+"""
+from __future__ import annotations
+
+import torch
+
+from paw_lightning.objectives.advantages import AdvantageEstimator
+from paw_lightning.objectives.types import LossOutput, StepInfo
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, traj_ids: torch.Tensor, step_ids: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, value targets) per step sample, by the recursion of the module docstring."""
+    advantages = torch.zeros_like(rewards)
+    for traj in torch.unique(traj_ids):
+        idx = (traj_ids == traj).nonzero().squeeze(1)
+        idx = idx[torch.argsort(step_ids[idx])]
+        next_value, next_adv = 0.0, 0.0
+        for i in reversed(idx.tolist()):
+            delta = rewards[i] + gamma * next_value - values[i]
+            next_adv = delta + gamma * lam * next_adv
+            advantages[i] = next_adv
+            next_value = values[i]
+    return advantages, advantages + values
+
+
+class GAE(AdvantageEstimator):
+    """PPO's critic-based estimator. Selecting it gives the module a value head.
+
+    Args:
+        gamma: discount across steps.
+        lam: GAE λ.
+        whiten: normalise the advantages over the update (mean 0, std 1).
+        value_coef: weight of the value loss in the total loss.
+        value_clip: ε_v of the clipped value loss.
+        critic_lr: learning rate of the value head (the actor's comes from the optimizer).
+    """
+
+    needs_critic = True
+
+    def __init__(self, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True, value_coef: float = 0.5, value_clip: float = 0.2, critic_lr: float = 1e-4):
+        self.gamma, self.lam, self.whiten = gamma, lam, whiten
+        self.value_coef, self.value_clip, self.critic_lr = value_coef, value_clip, critic_lr
+
+    def advantages_and_returns(self, info: StepInfo) -> tuple[torch.Tensor, torch.Tensor]:
+        if info.values is None:
+            raise ValueError("GAE needs the scoring pass's values (StepInfo.values)")
+        advantages, returns = gae_advantages(info.rewards, info.values, info.traj_ids, info.step_ids, self.gamma, self.lam)
+        if self.whiten and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages, returns
+
+    def __call__(self, info: StepInfo) -> torch.Tensor:
+        return self.advantages_and_returns(info)[0]
+
+    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> LossOutput:
+        clipped = old_values + (values - old_values).clamp(-self.value_clip, self.value_clip)
+        loss = 0.5 * torch.maximum((values - returns).square(), (clipped - returns).square()).mean()
+        residual_var = (returns - values.detach()).var(unbiased=False)
+        explained = 1 - residual_var / returns.var(unbiased=False).clamp(min=1e-8)
+        return LossOutput(
+            loss=loss,
+            metrics={
+                "value/loss": loss.detach(),
+                "value/explained_variance": explained,
+                "value/mean": values.detach().mean(),
+                "value/clip_frac": ((values - old_values).abs() > self.value_clip).float().mean(),
+            },
+        )
