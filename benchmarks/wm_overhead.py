@@ -17,6 +17,7 @@ the growth of peak RSS during the pass (peak − RSS before it) is compared.
 
     python benchmarks/wm_overhead.py                      # embedded model, configs/frozenlake.yaml
     python benchmarks/wm_overhead.py --model /path/to/model --repeats 5
+    python benchmarks/wm_overhead.py --groups 1 --group-size 4 --max-steps 2   # a smaller rollout (CPU)
 """
 from __future__ import annotations
 
@@ -126,6 +127,9 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=ROOT / "configs/frozenlake.yaml")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--groups", type=int, help="override data.groups of the config")
+    parser.add_argument("--group-size", type=int, help="override data.group_size")
+    parser.add_argument("--max-steps", type=int, help="override data.max_steps")
     parser.add_argument("--child", choices=["vanilla", "paw"], help=argparse.SUPPRESS)
     parser.add_argument("--child-trajectories", help=argparse.SUPPRESS)
     parser.add_argument("--mini-batch-size", type=int, help=argparse.SUPPRESS)
@@ -134,6 +138,8 @@ def main() -> None:
         return child(args)
 
     data = data_settings(args.config)
+    overrides = {"groups": args.groups, "group_size": args.group_size, "max_steps": args.max_steps}
+    data.update({k: v for k, v in overrides.items() if v is not None})
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     module = make_module(args.model, device)
