@@ -3,9 +3,10 @@
 Games come from one of two sources (``source="auto"`` picks the first that exists):
 
 - **official**: the ``json_2.1.1`` tree of ALFWorld (``data_path``, else
-  ``$ALFWORLD_DATA/json_2.1.1``). ``train``, ``eval_in_distribution`` and
-  ``eval_out_of_distribution`` read ``train``, ``valid_seen`` and ``valid_unseen``. A game is
-  kept as alfworld's ``AlfredTWEnv.collect_game_files`` keeps it: ``traj_data.json`` and
+  ``$ALFWORLD_DATA/json_2.1.1``; importing alfworld sets ``$ALFWORLD_DATA`` to its default
+  ``~/.cache/alfworld`` when unset, where ``alfworld-download`` puts the data). ``train``,
+  ``eval_in_distribution`` and ``eval_out_of_distribution`` read ``train``, ``valid_seen``
+  and ``valid_unseen``. A game is kept as alfworld's ``AlfredTWEnv.collect_game_files`` keeps it: ``traj_data.json`` and
   ``game.tw-pddl`` present, no ``movable``/``Sliced`` in the path, the task type among
   ``task_types``, ``"solvable": true`` in the game file. Games are sorted by path.
 - **generated** (the offline default): ``max_generated`` games per split from
@@ -15,8 +16,9 @@ Games come from one of two sources (``source="auto"`` picks the first that exist
 
 ``reset(seed, episode)`` plays game ``seed % n_games`` of the split through textworld with
 alfworld's wrappers, built as alfworld's own text environment builds them
-(:mod:`~paw_lightning.envs.alfworld.engine`). ALFWorld is deterministic: ``episode`` changes
-nothing. The observation is alfworld's text; the first one ends with "Your task is to: …".
+(:mod:`~paw_lightning.envs.alfworld.engine`, whose output-preserving speed-ups are on).
+ALFWorld is deterministic: ``episode`` changes nothing. The observation is alfworld's
+text; the first one ends with "Your task is to: …".
 
 ``info``: ``task`` (the sentence after "Your task is to: "), ``admissible_actions``
 (alfworld's admissible commands without ``help``), ``won``, ``task_type``, ``gamefile``,
@@ -32,8 +34,8 @@ import json
 import os
 from collections.abc import Sequence
 
-from paw_lightning.envs.base import EnvError
 from paw_lightning.envs.alfworld.generator import SPLITS, TASK_TYPES, GameStore, GeneratorConfig
+from paw_lightning.envs.base import EnvError
 
 WIN_REWARD = 10.0
 TASK_PREFIX = "Your task is to: "
@@ -145,7 +147,8 @@ class AlfWorldEnv:
     def _official(self) -> tuple[tuple[str, str], ...]:
         games = official_games(self.data_root, self.split, self.task_types)
         if not games:
-            raise EnvError(f"no playable ALFWorld games of types {self.task_types} in {self.data_root}/{SPLITS[self.split]}")
+            where = os.path.join(self.data_root, SPLITS[self.split])
+            raise EnvError(f"no playable ALFWorld games of types {self.task_types} in {where}")
         return games[: self.max_official] if self.max_official else games
 
     def game(self, index: int) -> dict:
@@ -156,13 +159,19 @@ class AlfWorldEnv:
         gamefile, task_type = self._official()[index]
         return {"gamefile": gamefile, "task_type": task_type, "game_index": index}
 
+    def prepare(self, progress: bool = True) -> int:
+        """Generate (or find) every game of the split now instead of at first use; the count."""
+        if self._store is not None:
+            self._store.ensure(self.split, self.max_generated, progress=progress)
+        return self.n_games
+
     def reset(self, seed: int, episode: int = 0) -> tuple[str, dict]:
         from paw_lightning.envs.alfworld import engine
 
         self._game = self.game(seed)
         if self._env is None:
             self._env = engine.make_text_env()
-        with engine.memoized_translation():
+        with engine.engine_speedups():
             self._env.load(self._game["gamefile"])
             obs, infos = self._env.reset()
         if TASK_PREFIX not in obs:
@@ -174,22 +183,35 @@ class AlfWorldEnv:
     def step(self, action: str) -> tuple[str, float, bool, dict]:
         if not self._running:
             raise EnvError("ALFWorld episode is not running: call reset() first")
+        from paw_lightning.envs.alfworld import engine
+
         recognised = action.strip() in self._valid
-        obs, _score, _done, infos = self._env.step(action)
+        with engine.engine_speedups():
+            obs, _score, _done, infos = self._env.step(action)
         won = bool(infos["won"])
         self._running = not won
         info = self._info(infos)
         info["action_recognised"] = recognised
         return obs, WIN_REWARD if won else 0.0, won, info
 
+    def walkthrough(self) -> list[str]:
+        """The current game's stored winning command sequence from its start (generated games:
+        the bundled planner's plan; official games: alfworld's hand-coded expert's)."""
+        if not self._game:
+            raise EnvError("ALFWorld has no game: call reset() first")
+        with open(self._game["gamefile"]) as f:
+            return list(json.load(f).get("walkthrough") or [])
+
     def expert_plan(self) -> list[str]:
-        """The bundled planner's commands from the current state to a win (slow in kitchens:
-        fast-downward searches the full problem)."""
+        """The bundled planner's commands from the *current* state to a win (slow in kitchens,
+        up to a minute: fast-downward searches the full problem; prefer ``walkthrough()``
+        from the start)."""
         from paw_lightning.envs.alfworld import engine
 
         if self._env is None or not self._game:
             raise EnvError("ALFWorld has no game: call reset() first")
-        return engine.replan(self._env)
+        with engine.engine_speedups():
+            return engine.replan(self._env)
 
     def _info(self, infos: dict) -> dict:
         commands = list(infos["admissible_commands"])

@@ -18,10 +18,19 @@ A game is drawn as follows (all draws from one seeded ``random.Random``):
    ``alfworld.gen.goal_library`` and the task sentence from the same library's templates,
    put into ``alfred.twl2`` in place of ``UNKNOWN GOAL`` exactly as ``alfworld-generate``
    does;
-5. verification: textworld's ``PddlEnv`` (with alfworld's ``AlfredDemangler``) asks the
-   bundled fast-downward planner for a plan, the plan is replayed command by command
-   through the text commands and must end in a win. Unsolvable draws are discarded and
-   drawn again from the same RNG. The plan is stored as the game's ``walkthrough``.
+5. verification (``Verifier``): textworld's ``PddlEnv`` (with alfworld's
+   ``AlfredDemangler``) asks the bundled fast-downward planner for a plan (on the problem
+   restricted to the task-relevant objects, see ``Verifier``), then the plan is replayed
+   command by command through the full game's text engine and must be admissible at
+   every step and end in a win. Unsolvable draws are discarded and drawn again from the
+   same RNG. The plan is stored as the game's ``walkthrough``.
+
+Deliberate simplifications (ours): object counts (1-3, mostly 1) and uniform placement
+instead of ALFRED's physics-based random spawn; no sliced objects and no movable-
+receptacle tasks (the official ALFWorld loader drops those too); the agent always starts
+on a free floor point; see :mod:`~paw_lightning.envs.alfworld.layouts` for the floor-plan
+simplifications. Task sentences are the goal-library templates (ALFWorld's templated
+goals, not the human annotations).
 
 Splits (``SPLITS``): ``train`` and ``eval_in_distribution`` use the training floor plans,
 ``eval_out_of_distribution`` the held-out ones (default: ALFRED's 24 test scenes). A
@@ -69,7 +78,10 @@ STATE_CHANGE = {
     "pick_cool_then_place_in_recep": ("Fridge", L.COOLABLE, {"Fridge"}),
 }
 #: Constants the domain's actions name; always declared in the problem.
-DOMAIN_CONSTANTS = ("SinkBasinType - rtype", "MicrowaveType - rtype", "FridgeType - rtype", "KnifeType - otype", "ButterKnifeType - otype")
+DOMAIN_CONSTANTS = (
+    "SinkBasinType - rtype", "MicrowaveType - rtype", "FridgeType - rtype",
+    "KnifeType - otype", "ButterKnifeType - otype",
+)
 
 
 def _data_file(name: str) -> str:
@@ -234,7 +246,7 @@ class Verifier:
     def solve(self, spec: GameSpec) -> list[str] | None:
         """A winning command sequence for the game of ``spec``, else None."""
         relevant = replace(spec, objects=[o for o in spec.objects if o[1] in (spec.object_target, spec.toggle_target)])
-        with E.memoized_translation():
+        with E.engine_speedups():
             try:
                 self._plan_env.load(game_files(relevant, None, {})[0])
                 state = self._plan_env.reset()
@@ -330,7 +342,10 @@ def draw_game(config: GeneratorConfig, split: str, index: int, verifier: Verifie
         plan = verifier.solve(spec)
         if plan is not None:
             return spec, plan
-    raise RuntimeError(f"no solvable ALFWorld game after {MAX_DRAWS} draws (split {split}, index {index}, mix {weights})")
+    raise RuntimeError(
+        f"no solvable ALFWorld game after {MAX_DRAWS} draws (split {split}, index {index}, mix {weights},"
+        f" floor plans {config.floor_plans(split)})"
+    )
 
 
 def default_cache_dir() -> str:
@@ -382,7 +397,8 @@ class GameStore:
         spec, plan = draw_game(self.config, split, index, self._verifier)
         trial = f"trial_G{self.config.key()}_{index:06d}"
         relpath = os.path.join(SPLITS[split], spec.task_dir, trial)
-        extra = {"trial": trial, "seed": self.config.seed, "config_key": self.config.key(), "split": split, "index": index}
+        extra = {"trial": trial, "seed": self.config.seed, "config_key": self.config.key(), "split": split,
+                 "index": index}
         game, traj = game_files(spec, plan, extra)
         final = os.path.join(self.data_root, relpath)
         if not os.path.exists(final):
@@ -404,6 +420,9 @@ class GameStore:
         with open(f"{index_file}.tmp{os.getpid()}", "w") as f:
             json.dump({"relpath": relpath, "task_type": spec.task_type, "task_desc": spec.task_desc}, f)
         os.replace(f"{index_file}.tmp{os.getpid()}", index_file)
-        with open(os.path.join(self.root, "config.json"), "w") as f:
-            json.dump({"generator_version": GENERATOR_VERSION, "seed": self.config.seed,
-                       "task_mix": self.config.weights(), "ood_floor_plans": list(self.config.ood_floor_plans)}, f)
+        config_file = os.path.join(self.root, "config.json")
+        if not os.path.exists(config_file):
+            with open(f"{config_file}.tmp{os.getpid()}", "w") as f:
+                json.dump({"generator_version": GENERATOR_VERSION, "seed": self.config.seed,
+                           "task_mix": self.config.weights(), "ood_floor_plans": list(self.config.ood_floor_plans)}, f)
+            os.replace(f"{config_file}.tmp{os.getpid()}", config_file)

@@ -42,14 +42,18 @@ import alfworld.gen.constants as C
 
 LAYOUT_DIR = os.path.join(os.path.dirname(C.__file__), "layouts")
 
-ROOM_TYPES = {"Kitchen": range(1, 31), "LivingRoom": range(201, 231), "Bedroom": range(301, 331), "Bathroom": range(401, 431)}
+ROOM_TYPES = {
+    "Kitchen": range(1, 31), "LivingRoom": range(201, 231), "Bedroom": range(301, 331), "Bathroom": range(401, 431)
+}
 ALL_FLOOR_PLANS: tuple[int, ...] = tuple(n for r in ROOM_TYPES.values() for n in r)
 #: Held out for the out-of-distribution split by default: ALFRED's test scenes (6 per room type).
 DEFAULT_OOD_FLOOR_PLANS: tuple[int, ...] = tuple(sorted(C.TEST_SCENE_NUMBERS))
 
 EXTRA_RECEPTACLE_COUNT = {"StoveBurner": 4}
 LAMPS = ("DeskLamp", "FloorLamp")
-LAMP_HOLDERS = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand", "ArmChair", "Sofa", "Bed")
+LAMP_HOLDERS = (
+    "Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand", "ArmChair", "Sofa", "Bed"
+)
 
 MOVABLE_RECEPTACLES = frozenset(C.MOVABLE_RECEPTACLES)
 STATIC_RECEPTACLE_TYPES = frozenset(C.VAL_RECEPTACLE_OBJECTS) - MOVABLE_RECEPTACLES
@@ -105,7 +109,8 @@ class FloorPlan:
 
 
 def _location(x: float, z: float, rotation: float, horizon: float) -> str:
-    return "loc|%d|%d|%d|%d" % (round(x / C.AGENT_STEP_SIZE), round(z / C.AGENT_STEP_SIZE), round(rotation / 90) % 4, horizon)
+    step = C.AGENT_STEP_SIZE
+    return f"loc|{round(x / step)}|{round(z / step)}|{round(rotation / 90) % 4}|{int(horizon)}"
 
 
 def _receptacle_type(alfred_id: str) -> str:
@@ -114,7 +119,7 @@ def _receptacle_type(alfred_id: str) -> str:
     return parts[-1] if len(parts) > 4 and not re.match(r"^[+-]?\d", parts[-1]) else parts[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_floor_plan(number: int) -> FloorPlan:
     """Read floor plan ``number`` from ``alfworld/gen/layouts`` (cached)."""
     import numpy as np
@@ -124,7 +129,8 @@ def load_floor_plan(number: int) -> FloorPlan:
         present = set(json.load(f))
     with open(f"{base}-openable.json") as f:
         poses = json.load(f)
-    points = sorted({(round(x / C.AGENT_STEP_SIZE), round(z / C.AGENT_STEP_SIZE)) for x, z in np.load(f"{base}-layout.npy")})
+    step = C.AGENT_STEP_SIZE
+    points = sorted({(round(x / step), round(z / step)) for x, z in np.load(f"{base}-layout.npy")})
 
     receptacles = []
     for alfred_id, (x, z, rotation, horizon) in sorted(poses.items()):
