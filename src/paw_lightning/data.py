@@ -33,6 +33,8 @@ class RolloutDataModule(LightningDataModule):
     """Args:
     env: environment name (``frozenlake``, ``sokoban``) or dotted path to a TextEnv class.
     env_kwargs: keyword arguments of the environment's constructor.
+    eval_env_kwargs: overrides of ``env_kwargs`` for validation and test episodes, e.g.
+        ``{split: eval_in_distribution}`` for ALFWorld's held-out games.
     groups: task groups per update (all ranks together).
     group_size: G, episodes per task.
     max_steps: episode cap.
@@ -56,6 +58,7 @@ class RolloutDataModule(LightningDataModule):
         self,
         env: str = "frozenlake",
         env_kwargs: dict | None = None,
+        eval_env_kwargs: dict | None = None,
         groups: int = 4,
         group_size: int = 4,
         max_steps: int = 8,
@@ -77,6 +80,7 @@ class RolloutDataModule(LightningDataModule):
     ):
         super().__init__()
         self.env_factory = make_env_factory(env, **(env_kwargs or {}))
+        self.eval_env_factory = make_env_factory(env, **{**(env_kwargs or {}), **(eval_env_kwargs or {})})
         self.env_name = env.rsplit(".", 1)[-1]
         self.max_return: float | None = getattr(self.env_factory.func, "max_return", None)
         for name, value in {"groups": groups, "group_size": group_size, "max_steps": max_steps, "ppo_epochs": ppo_epochs, "mini_batch_size": mini_batch_size}.items():
@@ -90,7 +94,7 @@ class RolloutDataModule(LightningDataModule):
         self.test_groups, self.eval_batch_size = test_groups, eval_batch_size
         self.num_env_workers, self.progress = num_env_workers, progress
         self._seed = seed
-        self.pool: EnvPool | None = None
+        self.pools: dict[str, EnvPool] = {}  # "train" and "eval", built on first use
         self.rollout: RolloutBuffer | None = None  # the current update's samples
         self.episode_metrics: dict[str, dict[str, float]] = {}
         self.eval_rollouts: dict[str, RolloutBuffer] = {}  # the latest validation / test samples
@@ -100,22 +104,25 @@ class RolloutDataModule(LightningDataModule):
         return self._seed if self._seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     # ------------------------------------------------------------ lifecycle
-    def setup(self, stage: str) -> None:
-        if self.pool is None:
-            episodes = max(self.groups, self.val_groups, self.test_groups) * max(self.group_size, self.val_group_size)
-            self.pool = EnvPool(self.env_factory, episodes, num_workers=self.num_env_workers)
+    def _pool(self, kind: str) -> EnvPool:
+        if kind not in self.pools:
+            factory, groups, size = (
+                (self.env_factory, self.groups, self.group_size) if kind == "train" else (self.eval_env_factory, max(self.val_groups, self.test_groups), self.val_group_size)
+            )
+            self.pools[kind] = EnvPool(factory, groups * size, num_workers=self.num_env_workers)
+        return self.pools[kind]
 
     def teardown(self, stage: str) -> None:
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+        for pool in self.pools.values():
+            pool.close()
+        self.pools = {}
 
     # ------------------------------------------------------------- training
     def train_dataloader(self) -> DataLoader:
         module = self.trainer.lightning_module
         epoch = self.trainer.current_epoch
         tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.groups)]
-        trajectories = self._collect(module, tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
+        trajectories = self._collect(module, "train", tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
         buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens, world_model=module.world_model_objective is not None)
         module.prepare_update(buffer)
         self.rollout = buffer
@@ -136,17 +143,15 @@ class RolloutDataModule(LightningDataModule):
     def _eval_loader(self, split: str, groups: int) -> DataLoader:
         module = self.trainer.lightning_module
         tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
-        trajectories = self._collect(module, tasks, self.val_group_size, self.val_temperature, derive_seed(self.seed, split, distributed.rank()), split)
+        trajectories = self._collect(module, "eval", tasks, self.val_group_size, self.val_temperature, derive_seed(self.seed, split, distributed.rank()), split)
         self.episode_metrics[split] = episode_metrics(trajectories)
         buffer = self.eval_rollouts[split] = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
         return self._loader(buffer, self._split(list(range(len(buffer))), self.eval_batch_size))
 
     # -------------------------------------------------------------- helpers
-    def _collect(self, module, tasks, group_size, temperature, seed, description):
-        if self.pool is None:
-            self.setup("fit")
+    def _collect(self, module, pool: str, tasks, group_size, temperature, seed, description):
         engine = GenerationEngine(module.lm, module.tokenizer, self.max_new_tokens)
-        collector = Collector(self.pool, engine, PromptBuilder(self.env_name, self.history_length), self.max_steps, self.invalid_penalty)
+        collector = Collector(self._pool(pool), engine, PromptBuilder(self.env_name, self.history_length), self.max_steps, self.invalid_penalty)
         was_training = module.lm.training
         module.lm.eval()
         try:
