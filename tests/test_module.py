@@ -44,7 +44,7 @@ def test_world_model_segment_does_not_change_action_logprobs(tiny_model_dir):
     full = buffer.collate([0])
     action = full["action_mask"][0]
     end = int(action.nonzero().max()) + 1  # cut right after the response: no world-model segment
-    short = {**full, "input_ids": full["input_ids"][:, :end], "attention_mask": full["attention_mask"][:, :end]}
+    short = {**full, **{k: full[k][:, :end] for k in ("input_ids", "attention_mask", "action_mask", "obs_mask")}}
     with torch.no_grad():
         with_segment = module.token_outputs(full)["logprobs"][0, :end]
         without = module.token_outputs(short)["logprobs"][0]

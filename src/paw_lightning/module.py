@@ -107,10 +107,14 @@ class PaWModule(LightningModule):
             )
 
     # --------------------------------------------------------------- forward
-    def token_outputs(self, batch: dict, entropy: bool = False, argmax: bool = False) -> dict[str, torch.Tensor]:
-        """Per-token log p(x_t | x_<t), aligned with ``input_ids`` (zeros before ``keep_from``),
-        optionally the entropy of the predictive distribution and whether argmax == x_t; with a
-        critic also ``values`` V(h_t), read at each sample's last prompt token."""
+    def token_outputs(self, batch: dict, entropy: bool = False, argmax: bool = False, entropy_grad: bool = False) -> dict[str, torch.Tensor]:
+        """Per-token log p(x_t | x_<t) at the positions some loss reads (``action_mask`` or
+        ``obs_mask``; zeros elsewhere), aligned with ``input_ids``; optionally the entropy of the
+        predictive distribution there (with a gradient only if ``entropy_grad``) and whether
+        argmax == x_t; with a critic also ``values`` V(h_t), read at each sample's last prompt token.
+
+        Memory: the vocabulary-sized log-softmax is taken only at the read positions, not
+        over the whole sequence (the logits themselves start at the shortest prompt)."""
         input_ids = batch["input_ids"]
         keep_from = int(batch["keep_from"])
         width = input_ids.shape[1]
@@ -118,22 +122,28 @@ class PaWModule(LightningModule):
         out = self.lm(
             input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=width - keep_from + 1, use_cache=False, output_hidden_states=with_values
         )
-        logp = out.logits[:, :-1].float().log_softmax(-1)
-        targets = input_ids[:, keep_from:]
+        read = torch.zeros_like(input_ids, dtype=torch.bool)
+        for key in ("action_mask", "obs_mask"):
+            if key in batch:
+                read |= batch[key].bool()
+        read = read[:, keep_from:]
+        targets = input_ids[:, keep_from:][read]
+        logp = out.logits[:, :-1][read].float().log_softmax(-1)  # (positions read, vocabulary)
 
         def full(values):
             result = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device)
-            result[:, keep_from:] = values
-            return result
+            tail = torch.zeros(read.shape, dtype=values.dtype, device=values.device).masked_scatter(read, values)
+            return torch.cat([result[:, :keep_from], tail], dim=1)
 
         outputs = {"logprobs": full(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))}
+        if entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                outputs["entropy"] = full(-(logp.exp() * logp).sum(-1))
+        if argmax:
+            outputs["correct"] = full(logp.argmax(-1) == targets)
         if with_values:
             last_prompt = out.hidden_states[-1][torch.arange(len(input_ids)), batch["prompt_lengths"] - 1]
             outputs["values"] = self.value_head(last_prompt.float()).squeeze(-1)
-        if entropy:
-            outputs["entropy"] = full(-(logp.exp() * logp).sum(-1))
-        if argmax:
-            outputs["correct"] = full(logp.argmax(-1) == targets)
         return outputs
 
     def prepare_update(self, buffer: RolloutBuffer) -> None:
@@ -206,9 +216,8 @@ class PaWModule(LightningModule):
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        outputs = self.token_outputs(batch, entropy=True)  # logged as train/policy/entropy
-        if self.policy_objective.entropy_coef == 0:
-            outputs["entropy"] = outputs["entropy"].detach()  # a diagnostic only: no backward through it
+        # entropy is logged as train/policy/entropy; it is a loss term only when entropy_coef > 0
+        outputs = self.token_outputs(batch, entropy=True, entropy_grad=self.policy_objective.entropy_coef > 0)
         policy = self.policy_objective(
             outputs["logprobs"],
             batch["old_logprobs"],
