@@ -8,7 +8,8 @@ Sampling temperature and ``max_new_tokens`` come from the config too.
 
 Both batch sizes generate for the *same* prompts: batch 1 runs them one call at a time,
 the batched run in calls of ``batch`` prompts. One warm-up call per batch size, then
-``--reps`` timed repetitions, each with another sampling seed. "new tokens" are the
+``--reps`` timed repetitions, each with another sampling seed; the batch sizes are
+interleaved rep by rep, since a shared machine's speed drifts. "new tokens" are the
 response tokens the engine returns (cut after ``</action>`` or EOS), not the padded
 length the batched ``generate`` computes; the padded per-call width is reported too.
 
@@ -32,6 +33,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from transformers.generation.stopping_criteria import StopStringCriteria  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from paw_lightning.envs import FrozenLakeEnv  # noqa: E402
@@ -39,16 +41,23 @@ from paw_lightning.model import LMConfig, load_model, load_tokenizer  # noqa: E4
 from paw_lightning.rollout.engine import GenerationEngine  # noqa: E402
 from paw_lightning.rollout.prompts import PromptBuilder  # noqa: E402
 
+STOP = "</action>"  # the stop string GenerationEngine passes to generate
+
+
+def machine_load() -> str:
+    """1-minute load average and CPU count: other processes on the machine skew timings."""
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", default=str(ROOT / "configs/frozenlake.yaml"), help="training config: batch, max_new_tokens, temperature, LoRA, env")
-    p.add_argument("--model", default="embedded", help="LMConfig.name_or_path")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default=str(ROOT / "configs/frozenlake.yaml"), help="training config giving batch, max_new_tokens, temperature, LoRA, env (default: configs/frozenlake.yaml)")
+    p.add_argument("--model", default="embedded", help="LMConfig.name_or_path (default: embedded)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default: 1 and data.groups × data.group_size of the config")
-    p.add_argument("--reps", type=int, default=3, help="timed repetitions per batch size (after one warm-up call)")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions per batch size, after one warm-up call (default: 3)")
     p.add_argument("--temperature", type=float, default=None, help="default: data.temperature of the config")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: data.max_new_tokens of the config")
-    p.add_argument("--seed", type=int, default=0, help="first FrozenLake map seed; prompt i uses seed + i")
+    p.add_argument("--seed", type=int, default=0, help="first FrozenLake map seed; prompt i uses seed + i (default: 0)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     return p.parse_args()
 
@@ -111,38 +120,50 @@ def main() -> None:
     prompts = frozenlake_prompts(n_prompts, args.seed, data.get("env_kwargs") or {}, data.get("history_length", 2))
 
     print(f"model {args.model!r} (LoRA r={lm.lora_r} on {lm.lora_target_modules}, {lm.dtype}) loaded in {load_s:.1f} s; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads; at start: {machine_load()}")
     print(f"config {Path(args.config).name}: default batch = groups {data['groups']} × group_size {data['group_size']} = {default_batch}; "
           f"max_new_tokens {max_new_tokens}, temperature {temperature}; {n_prompts} prompts (map seeds {args.seed}…{args.seed + n_prompts - 1}), "
           f"{args.reps} reps after 1 warm-up call\n")
 
-    rows = {}
     for batch in batch_sizes:
         engine.generate(prompts[:batch], temperature, seed=10**6 + batch)  # warm-up
-        reps = [run(engine, prompts, batch, temperature, seed=rep + 1) for rep in range(args.reps)]
-        total = {k: sum(r[k] for r in reps) for k in reps[0]}
-        rate = [r["new_tokens"] / r["seconds"] for r in reps]
-        rows[batch] = dict(
-            total,
-            tok_s=total["new_tokens"] / total["seconds"],
-            tok_s_sd=statistics.stdev(rate) if len(rate) > 1 else 0.0,
-            prompts_s=total["prompts"] / total["seconds"],
-        )
+    # Interleave the batch sizes rep by rep so that a slow phase of a shared machine hits
+    # all of them alike; the speed-up is also given as the median of per-rep ratios.
+    reps = {batch: [] for batch in batch_sizes}
+    for rep in range(args.reps):
+        for batch in batch_sizes:
+            reps[batch].append(run(engine, prompts, batch, temperature, seed=rep + 1))
+    rows = {}
+    for batch, rs in reps.items():
+        total = {k: sum(r[k] for r in rs) for k in rs[0]}
+        rate = [r["new_tokens"] / r["seconds"] for r in rs]
+        rows[batch] = dict(total, rate=rate, tok_s=total["new_tokens"] / total["seconds"], prompts_s=total["prompts"] / total["seconds"])
+    base_batch = 1 if 1 in rows else batch_sizes[0]
+    for batch, r in rows.items():
+        r["ratio"] = statistics.median(a / b for a, b in zip(r["rate"], rows[base_batch]["rate"]))
 
-    header = (f"{'batch':>5} {'calls':>5} {'prompts/s':>9} {'new tok/s':>15} {'mean prompt tok':>15} {'mean resp tok':>13} "
-              f"{'new tokens':>10} {'decode steps':>12} {'stopped':>8} {'wall s':>7} {'speed-up':>8}")
+    header = (f"{'batch':>5} {'calls':>5} {'prompts/s':>9} {'new tok/s':>9} {'per rep':>19} {'prompt tok':>10} {'resp tok':>8} "
+              f"{'new tokens':>10} {'decode steps':>12} {'stopped':>7} {'wall s':>7} {'speed-up':>8} {'median':>6}")
     print(header)
     print("-" * len(header))
-    base = rows.get(1, rows[batch_sizes[0]])["tok_s"]
+    base = rows[base_batch]["tok_s"]
     for batch, r in rows.items():
         n = r["prompts"]
-        print(f"{batch:>5} {r['calls']:>5} {r['prompts_s']:>9.3f} {r['tok_s']:>8.1f} ± {r['tok_s_sd']:<4.1f} "
-              f"{r['prompt_tokens'] / n:>15.1f} {r['new_tokens'] / n:>13.1f} {r['new_tokens']:>10} {r['decode_steps']:>12} "
-              f"{r['stopped']:>4}/{n:<3} {r['seconds']:>7.1f} {r['tok_s'] / base:>7.2f}x")
-    print("\nnew tok/s = response tokens returned (cut at </action> or EOS) / wall time of generate, summed over the reps (± sd across reps);"
-          "\ndecode steps = Σ over calls of the longest response (forward passes generate ran); stopped = responses that ended before max_new_tokens;"
-          f"\nspeed-up = new tok/s relative to batch {1 if 1 in rows else batch_sizes[0]}.")
-
+        per_rep = "/".join(f"{x:.1f}" for x in r["rate"])
+        print(f"{batch:>5} {r['calls']:>5} {r['prompts_s']:>9.3f} {r['tok_s']:>9.1f} {per_rep:>19} "
+              f"{r['prompt_tokens'] / n:>10.1f} {r['new_tokens'] / n:>8.1f} {r['new_tokens']:>10} {r['decode_steps']:>12} "
+              f"{r['stopped']:>3}/{n:<3} {r['seconds']:>7.1f} {r['tok_s'] / base:>7.2f}x {r['ratio']:>5.2f}x")
+    start = time.perf_counter()
+    StopStringCriteria(tokenizer, [STOP])
+    stop_s = time.perf_counter() - start
+    print(f"""
+new tok/s  = response tokens returned (cut at </action> or EOS) / wall time of generate, over all reps; per rep: the same per rep
+prompt/resp tok = mean tokens per prompt (chat-templated) and per response; new tokens = their sum over all reps
+decode steps = sum over calls of the longest response (about the forward passes generate ran, padding rows included)
+stopped    = responses that ended before max_new_tokens (</action> or EOS)
+speed-up   = new tok/s relative to batch {base_batch} (pooled), and the median of the per-rep ratios
+note: generate rebuilds HF's StopStringCriteria for '{STOP}' on every call: {stop_s:.2f} s per call here
+at end: {machine_load()}""")
 
 if __name__ == "__main__":
     sys.exit(main())

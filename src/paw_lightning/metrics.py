@@ -1,11 +1,27 @@
-"""Episode-level metrics of a collection (success, return, length, invalid actions)."""
+"""Episode-level metrics of a collection (success, return, length, invalid actions), plus
+the success rate per task type (ALFWorld) under ALFWorld's short column names."""
 from __future__ import annotations
 
+from collections import Counter
+
+import torch.distributed as dist
+
+from paw_lightning import distributed
 from paw_lightning.rollout.collector import Trajectory
+
+TASK_TYPE_NAMES = {  # ALFWorld's result-table columns
+    "pick_and_place_simple": "pick",
+    "look_at_obj_in_light": "look",
+    "pick_clean_then_place_in_recep": "clean",
+    "pick_heat_then_place_in_recep": "heat",
+    "pick_cool_then_place_in_recep": "cool",
+    "pick_two_obj_and_place": "pick2",
+}
 
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Means over episodes; ``invalid_rate`` is invalid steps / all steps."""
+    """Means over episodes; ``invalid_rate`` is invalid steps / all steps;
+    ``success_rate/<type>`` for each task type played (see :func:`task_type_success`)."""
     n = max(len(trajectories), 1)
     steps = sum(len(t.steps) for t in trajectories)
     return {
@@ -14,4 +30,25 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "episode_length": steps / n,
         "invalid_rate": sum(t.invalid_steps for t in trajectories) / max(steps, 1),
         "env_error_rate": sum(t.error is not None for t in trajectories) / n,
+        **task_type_success(trajectories),
     }
+
+
+def task_type_success(trajectories: list[Trajectory]) -> dict[str, float]:
+    """``success_rate/<short name>`` for every task type that any rank played (episodes
+    without a ``task_type`` are left out; a type outside ALFWorld's six keeps its name).
+
+    Under ``torch.distributed`` the counts of all ranks are gathered (a collective: every
+    rank calls this), so every rank returns the same keys and the global rate: the
+    module's ``sync_dist`` mean then logs the true rate and no rank waits on a key it lacks.
+    """
+    played, won = Counter(), Counter()
+    for t in trajectories:
+        if t.task_type is not None:
+            played[t.task_type] += 1
+            won[t.task_type] += bool(t.won)
+    if distributed.is_distributed():
+        gathered = [None] * distributed.world_size()
+        dist.all_gather_object(gathered, (played, won))
+        played, won = sum((p for p, _ in gathered), Counter()), sum((w for _, w in gathered), Counter())
+    return {f"success_rate/{TASK_TYPE_NAMES.get(k, k)}": won[k] / played[k] for k in sorted(played)}

@@ -1,3 +1,4 @@
 from paw_lightning.callbacks.balancing import FixedLambda, LossBalancer, RewardAdaptiveLambda
+from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
 
-__all__ = ["FixedLambda", "LossBalancer", "RewardAdaptiveLambda"]
+__all__ = ["BehaviourCloningWarmup", "FixedLambda", "LossBalancer", "RewardAdaptiveLambda"]

@@ -42,6 +42,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     won: bool = False
     error: str | None = None
+    task_type: str | None = None  # the reset info's ``task_type`` (ALFWorld), for per-type metrics
 
     @property
     def total_return(self) -> float:
@@ -87,6 +88,7 @@ class Collector:
         resets = self.pool.reset_many([(i, t.task_seed, i % group_size) for i, t in enumerate(trajs)])
         state = {}  # index -> (task, observation, admissible, history)
         for i, (obs, info) in enumerate(resets):
+            trajs[i].task_type = info.get("task_type")
             if info.get("error"):
                 trajs[i].error = info["error"]
             else:

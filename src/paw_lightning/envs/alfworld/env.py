@@ -94,6 +94,8 @@ class AlfWorldEnv:
         cache_dir: generated-games cache (None: ``$PAW_LIGHTNING_CACHE/alfworld``).
     """
 
+    max_return = WIN_REWARD  # R_max of METHODS.md §3c: the return of a won episode (10)
+
     def __init__(
         self,
         split: str = "train",

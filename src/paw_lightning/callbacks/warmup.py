@@ -1,0 +1,185 @@
+"""Behaviour-cloning warm-up: a short SFT on expert demonstrations before RL starts.
+
+A small model may not follow the ``<think>…</think><action>…</action>`` format zero-shot
+(the embedded 135M model on ALFWorld: no valid action in 8 samples), so RL has no signal.
+This callback, at ``on_fit_start`` of a fresh run, plays expert episodes on training-split
+tasks (:mod:`paw_lightning.demonstrations`: the exact prompt the policy sees, response
+``<think>{fixed reason}</think><action>{expert action}</action>`` + eos) and fits the
+policy's LoRA weights to them with cross-entropy on the response tokens. Add it in YAML::
+
+    trainer:
+      callbacks:
+        - class_path: paw_lightning.callbacks.warmup.BehaviourCloningWarmup
+          init_args: {demonstrations: 16, epochs: 2, lr: 1.0e-4, batch_size: 4}
+
+(leave it out for models that already follow the format).
+
+What it does and the deliberate simplifications:
+- runs only when ``trainer.current_epoch == 0`` and the fit does not resume from a
+  checkpoint (``trainer.ckpt_path``): a resumed run already holds the warmed-up weights;
+- task seeds ``derive_seed(seed, "demo", i)`` for ``i < demonstrations``, on environments
+  from ``trainer.datamodule.env_factory`` (the training split), with the data module's
+  ``env_name``, ``history_length`` and ``max_steps``; rank r plays episodes ``i ≡ r``
+  (mod world size);
+- its own AdamW (``lr``, no weight decay schedule) over the trainable parameters of
+  ``pl_module.lm`` (the LoRA adapters), discarded afterwards: the trainer's optimizer and
+  its state are untouched, and the frozen base weights cannot change;
+- ``epochs`` passes over this rank's demonstration steps, shuffled with ``seed`` per
+  epoch, in mini-batches of ``batch_size`` steps; every rank runs the same number of
+  forward/backward passes (the largest rank's count; a rank out of data runs a zero-loss
+  batch), as FSDP2's collectives require. Under a multi-process strategy without sharded
+  (DTensor) parameters the LoRA gradients are averaged by hand;
+- logs ``warmup/loss`` (token-mean CE over all ranks) per epoch with ``step=epoch`` and
+  ``warmup/demo_steps`` through ``trainer.logger``, and prints one summary line.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch import Callback
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from paw_lightning import distributed
+from paw_lightning.demonstrations import Demonstration, collate, collect_demonstrations, sft_loss
+from paw_lightning.rollout.collector import derive_seed
+from paw_lightning.rollout.prompts import PromptBuilder
+
+
+class BehaviourCloningWarmup(Callback):
+    """Args:
+    demonstrations: expert episodes (all ranks together).
+    epochs: passes over the demonstration steps.
+    lr: AdamW learning rate of the warm-up.
+    batch_size: demonstration steps per optimizer step and rank.
+    seed: seeds the task choice and the shuffling.
+    progress: show a rich progress bar (rank 0; also off when ``data.progress`` is false).
+    """
+
+    def __init__(self, demonstrations: int = 16, epochs: int = 2, lr: float = 1e-4, batch_size: int = 4, seed: int = 0, progress: bool = True):
+        if demonstrations < 0 or epochs < 0 or batch_size < 1 or lr <= 0:
+            raise ValueError("BehaviourCloningWarmup needs demonstrations >= 0, epochs >= 0, batch_size >= 1 and lr > 0")
+        self.demonstrations, self.epochs, self.lr, self.batch_size, self.seed, self.progress = demonstrations, epochs, lr, batch_size, seed, progress
+        self.losses: list[float] = []  # warm-up loss per epoch of the last run
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch != 0 or trainer.ckpt_path is not None or self.demonstrations == 0 or self.epochs == 0:
+            return
+        losses = self.warm_up(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
+        if trainer.logger is not None and trainer.is_global_zero:
+            for epoch, loss in enumerate(losses):
+                trainer.logger.log_metrics({"warmup/loss": loss, "warmup/demo_steps": float(self._total_steps)}, step=epoch)
+
+    def demonstrations_for_rank(self, pl_module, datamodule) -> list[Demonstration]:
+        """This rank's share of the expert episodes, as SFT samples."""
+        mine = range(distributed.rank(), self.demonstrations, distributed.world_size())
+        prompt = PromptBuilder(datamodule.env_name, datamodule.history_length)
+        seeds = [derive_seed(self.seed, "demo", i) for i in mine]
+        return collect_demonstrations(datamodule.env_factory, pl_module.tokenizer, prompt, seeds, max_steps=datamodule.max_steps)
+
+    def warm_up(self, pl_module, datamodule, forward_context=contextlib.nullcontext) -> list[float]:
+        """Collect demonstrations and fit the LoRA weights; the loss of every epoch.
+        ``forward_context``: wraps each forward (the trainer's precision, e.g. autocast)."""
+        start = time.perf_counter()
+        lm, tokenizer = pl_module.lm, pl_module.tokenizer
+        demos = self.demonstrations_for_rank(pl_module, datamodule)
+        self._total_steps = int(self._sum_across_ranks(len(demos), pl_module.device))
+        params = [p for p in lm.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.lr)
+        n_batches = distributed.max_across_ranks(-(-len(demos) // self.batch_size))
+        enabled = self.progress and getattr(datamodule, "progress", True) and distributed.rank() == 0
+        was_training = lm.training
+        lm.train()
+        self.losses = []
+        try:
+            with _bar(self.epochs * n_batches, enabled) as bar:
+                for epoch in range(self.epochs):
+                    order = list(range(len(demos)))
+                    random.Random(derive_seed(self.seed, "demo-shuffle", epoch, distributed.rank())).shuffle(order)
+                    total, tokens = 0.0, 0
+                    for k in range(n_batches):
+                        chunk = [demos[i] for i in order[k * self.batch_size : (k + 1) * self.batch_size]]
+                        batch = collate(chunk, tokenizer.pad_token_id) if chunk else self._empty_batch(tokenizer)
+                        batch = {key: v.to(pl_module.device) for key, v in batch.items()}
+                        with forward_context():
+                            loss, n = sft_loss(lm, batch)
+                        optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        self._average_gradients(params)
+                        optimizer.step()
+                        total, tokens = total + loss.item() * n, tokens + n
+                        bar.advance()
+                    self.losses.append(self._sum_across_ranks(total, pl_module.device) / max(self._sum_across_ranks(tokens, pl_module.device), 1))
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+            lm.train(was_training)
+        if distributed.rank() == 0:
+            won = sum(d.won and d.step == 0 for d in demos)
+            print(
+                f"behaviour-cloning warm-up: {self._total_steps} expert steps from {self.demonstrations} episodes "
+                f"(rank 0: {won} of {len(set(d.task_seed for d in demos))} won), {self.epochs} epochs, "
+                f"loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)"
+            )
+        return self.losses
+
+    @staticmethod
+    def _empty_batch(tokenizer) -> dict[str, torch.Tensor]:
+        """A zero-loss batch for a rank out of demonstrations (its peers still run passes)."""
+        ids = torch.tensor([[tokenizer.eos_token_id, tokenizer.eos_token_id]])
+        zeros = torch.zeros_like(ids, dtype=torch.bool)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": zeros, "action_mask": zeros}
+
+    @staticmethod
+    def _sum_across_ranks(value: float, device) -> float:
+        if not distributed.is_distributed():
+            return value
+        t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        return t.item()
+
+    @staticmethod
+    def _average_gradients(params: list[torch.nn.Parameter]) -> None:
+        """FSDP2 (DTensor parameters) reduces gradients itself; otherwise average by hand."""
+        if not distributed.is_distributed() or any(type(p).__name__ == "DTensor" for p in params):
+            return
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+            p.grad /= distributed.world_size()
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def advance(self) -> None:
+        pass
+
+
+class _Bar(_NoBar):
+    def __init__(self, total: int):
+        columns = (TextColumn("[bold magenta]warm-up"), BarColumn(), MofNCompleteColumn(), TextColumn("batches"), TimeElapsedColumn())
+        self.progress = Progress(*columns, transient=True)
+        self.task = self.progress.add_task("warm-up", total=total)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+        return False
+
+    def advance(self) -> None:
+        self.progress.advance(self.task, 1)
+
+
+def _bar(total: int, enabled: bool):
+    return _Bar(total) if enabled else _NoBar()

@@ -1,0 +1,168 @@
+"""Expert demonstrations as token-level SFT samples, in exactly the policy's format.
+
+An expert plays each task through the environment; every step becomes one sample
+``[prompt h_t][response a_t]`` where
+
+- ``h_t`` is the prompt the policy would see in that state: the same
+  :class:`~paw_lightning.rollout.prompts.PromptBuilder` (same ``history_length``), the same
+  history bookkeeping as the collector, the same chat template
+  (:func:`~paw_lightning.rollout.engine.chat_prompt_ids`);
+- ``a_t`` is ``<think>{reason}</think><action>{expert action}</action>`` followed by the
+  tokenizer's end-of-turn (eos) token, and is the only part in ``loss_mask``.
+
+The expert is ``env.walkthrough()`` when the environment has it (ALFWorld: the verified
+winning command sequence of the game, from its start, followed step by step) and
+otherwise ``env.solve()`` (FrozenLake, Sokoban: a shortest plan from the *current* state,
+recomputed every step, so slippery ice is handled); an environment with neither gets a
+``ValueError``.
+
+Deliberate simplifications:
+- the reason is one fixed, deterministic sentence (``REASON``), not a generated
+  explanation: the warm-up teaches the format and the actions, not reasoning;
+- the response is tokenized in pieces (``<think>…<action>``, the action, ``</action>``)
+  so the action's tokens are known exactly (``action_mask``); for BPE tokenizers this can
+  differ from tokenizing the whole string at the tag boundaries;
+- an episode stops when the plan is used up, the environment says ``done`` or after
+  ``max_steps`` steps; every step played is kept, won or not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from paw_lightning.rollout.engine import chat_prompt_ids
+from paw_lightning.rollout.prompts import PromptBuilder
+
+REASON = "The task requires this step next."
+
+
+@dataclass
+class Demonstration:
+    """One expert step as an SFT sample (1-D tensors of equal length)."""
+
+    input_ids: torch.Tensor  # prompt ids (chat template, generation prompt) + response ids
+    loss_mask: torch.Tensor  # True on the response tokens (eos included)
+    action_mask: torch.Tensor  # True on the tokens of the action text inside <action></action>
+    prompt: str  # h_t before the chat template
+    response: str  # a_t without the eos token
+    action: str
+    task_seed: int
+    step: int
+    won: bool = False  # the episode this step belongs to was won
+
+    @property
+    def prompt_length(self) -> int:
+        """Number of prompt tokens (the response follows them)."""
+        return int((~self.loss_mask).sum())
+
+
+def expert_plan(env, from_start: bool) -> list[str] | None:
+    """The expert's actions: ``walkthrough()`` (only ``from_start``; ``None`` later: keep
+    following the first plan) or ``solve()`` from the current state."""
+    if callable(getattr(env, "walkthrough", None)):
+        return list(env.walkthrough()) if from_start else None
+    if callable(getattr(env, "solve", None)):
+        return list(env.solve())
+    raise ValueError(
+        f"{type(env).__name__} has no expert: demonstrations need an environment with walkthrough() "
+        "(a winning plan from the start) or solve() (a plan from the current state)"
+    )
+
+
+def response_ids(tokenizer: PreTrainedTokenizerBase, action: str, reason: str = REASON) -> tuple[list[int], list[bool]]:
+    """Token ids of ``<think>{reason}</think><action>{action}</action>`` + eos, and which of
+    them are the action text."""
+    pieces = [f"<think>{reason}</think><action>", action, "</action>"]
+    ids, is_action = [], []
+    for k, piece in enumerate(pieces):
+        piece_ids = tokenizer.encode(piece, add_special_tokens=False)
+        ids += piece_ids
+        is_action += [k == 1] * len(piece_ids)
+    return ids + [tokenizer.eos_token_id], is_action + [False]
+
+
+def play_expert(
+    env, tokenizer: PreTrainedTokenizerBase, prompt: PromptBuilder, task_seed: int, max_steps: int | None = None, reason: str = REASON
+) -> list[Demonstration]:
+    """One expert episode on task ``task_seed`` (``reset(task_seed, episode=0)``)."""
+    obs, info = env.reset(task_seed, 0)
+    plan = expert_plan(env, from_start=True)
+    history: list[tuple[str, str]] = []
+    demos: list[Demonstration] = []
+    t = 0
+    while plan and (max_steps is None or t < max_steps):
+        action = plan.pop(0)
+        text = prompt(info["task"], obs, history, info["admissible_actions"])
+        p_ids = chat_prompt_ids(tokenizer, text)
+        r_ids, is_action = response_ids(tokenizer, action, reason)
+        demos.append(
+            Demonstration(
+                input_ids=torch.tensor(p_ids + r_ids, dtype=torch.long),
+                loss_mask=torch.tensor([False] * len(p_ids) + [True] * len(r_ids)),
+                action_mask=torch.tensor([False] * len(p_ids) + is_action),
+                prompt=text,
+                response=f"<think>{reason}</think><action>{action}</action>",
+                action=action,
+                task_seed=task_seed,
+                step=t,
+            )
+        )
+        next_obs, _reward, done, info = env.step(action)
+        history.append((obs, action))  # as the collector: (o_t, executed action)
+        obs, t = next_obs, t + 1
+        if done:
+            break
+        replanned = expert_plan(env, from_start=False)
+        if replanned is not None:
+            plan = replanned
+    won = bool(info.get("won", False))
+    for demo in demos:
+        demo.won = won
+    return demos
+
+
+def collect_demonstrations(
+    env_factory, tokenizer: PreTrainedTokenizerBase, prompt: PromptBuilder, task_seeds: list[int], max_steps: int | None = None, reason: str = REASON
+) -> list[Demonstration]:
+    """Expert episodes on ``task_seeds`` with one environment from ``env_factory``."""
+    env = env_factory()
+    try:
+        return [demo for seed in task_seeds for demo in play_expert(env, tokenizer, prompt, seed, max_steps, reason)]
+    finally:
+        if callable(getattr(env, "close", None)):
+            env.close()
+
+
+def collate(demos: list[Demonstration], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask``, ``loss_mask``, ``action_mask``."""
+    width = max(len(d.input_ids) for d in demos)
+    batch = {
+        "input_ids": torch.full((len(demos), width), pad_token_id, dtype=torch.long),
+        "attention_mask": torch.zeros(len(demos), width, dtype=torch.long),
+        "loss_mask": torch.zeros(len(demos), width, dtype=torch.bool),
+        "action_mask": torch.zeros(len(demos), width, dtype=torch.bool),
+    }
+    for row, d in enumerate(demos):
+        n = len(d.input_ids)
+        batch["input_ids"][row, :n] = d.input_ids
+        batch["attention_mask"][row, :n] = 1
+        batch["loss_mask"][row, :n] = d.loss_mask
+        batch["action_mask"][row, :n] = d.action_mask
+    return batch
+
+
+def token_logprobs(lm, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """log p(x_t | x_<t) for every position (position 0 gets 0), shape of ``input_ids``."""
+    ids = batch["input_ids"]
+    logits = lm(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False).logits[:, :-1].float()
+    logp = logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.cat([torch.zeros_like(logp[:, :1]), logp], dim=1)
+
+
+def sft_loss(lm, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Token-mean cross-entropy on the response tokens, and how many tokens it averages."""
+    mask = batch["loss_mask"].float()
+    n = int(mask.sum())
+    return -(token_logprobs(lm, batch) * mask).sum() / max(n, 1), n

@@ -1,0 +1,139 @@
+"""Per-task-type metrics, expert demonstrations and the behaviour-cloning warm-up
+(FrozenLake, tiny model)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
+from paw_lightning.data import RolloutDataModule
+from paw_lightning.demonstrations import collate, collect_demonstrations, play_expert, sft_loss, token_logprobs
+from paw_lightning.envs import EnvPool, make_env_factory
+from paw_lightning.metrics import episode_metrics
+from paw_lightning.model import LMConfig, load_tokenizer
+from paw_lightning.module import PaWModule
+from paw_lightning.rollout.collector import Collector, Step, Trajectory
+from paw_lightning.rollout.engine import Generation, chat_prompt_ids
+from paw_lightning.rollout.prompts import PromptBuilder
+
+SEEDS = [3, 11, 42]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return load_tokenizer(LMConfig(name_or_path=str(tiny_model_dir)))
+
+
+# ------------------------------------------------------------------ metrics
+def _traj(task_type, won, i=0):
+    step = Step("o", [1], [2], "r", "go", 10.0 if won else 0.0, "o2", True)
+    return Trajectory(0, i, 0, steps=[step], won=won, task_type=task_type)
+
+
+def test_success_rate_per_task_type_uses_alfworld_short_names():
+    trajs = [
+        _traj("pick_and_place_simple", True), _traj("pick_and_place_simple", False),
+        _traj("pick_two_obj_and_place", True), _traj("pick_heat_then_place_in_recep", False),
+        _traj("my_custom_type", True), _traj(None, False),
+    ]  # fmt: skip
+    metrics = episode_metrics(trajs)
+    per_type = {k: v for k, v in metrics.items() if k.startswith("success_rate/")}
+    assert per_type == {"success_rate/pick": 0.5, "success_rate/pick2": 1.0, "success_rate/heat": 0.0, "success_rate/my_custom_type": 1.0}
+    assert metrics["success_rate"] == 3 / 6
+
+
+def test_no_per_type_metrics_without_task_types():
+    assert not any("/" in k for k in episode_metrics([_traj(None, True)]))
+
+
+# ----------------------------------------------------------- demonstrations
+def test_demonstration_responses_and_masks(tokenizer):
+    demos = collect_demonstrations(make_env_factory("frozenlake"), tokenizer, PromptBuilder("frozenlake", 2), SEEDS)
+    assert {d.task_seed for d in demos} == set(SEEDS)
+    for d in demos:
+        response = d.input_ids[d.loss_mask]
+        assert d.loss_mask[d.prompt_length :].all() and not d.loss_mask[: d.prompt_length].any()
+        assert response[-1].item() == tokenizer.eos_token_id
+        text = tokenizer.decode(response[:-1])
+        assert text == f"<think>The task requires this step next.</think><action>{d.action}</action>" == d.response
+        assert tokenizer.decode(d.input_ids[d.action_mask]) == d.action in ("Up", "Down", "Left", "Right")
+        assert d.won  # the BFS expert wins every non-slippery map
+    assert len(demos) > len(SEEDS)  # multi-step episodes
+
+
+def test_demonstration_prompt_is_the_collectors_prompt(tokenizer):
+    """Replay the expert's actions through the Collector with a scripted engine: every prompt
+    it renders (chat-templated ids) equals the demonstration's prompt, history included."""
+    factory, prompt = make_env_factory("frozenlake"), PromptBuilder("frozenlake", 1)
+    demos = play_expert(factory(), tokenizer, prompt, SEEDS[0])
+    assert len(demos) >= 3  # so the history window is exercised
+
+    class Scripted:
+        def __init__(self):
+            self.t = 0
+
+        def generate(self, prompts, temperature, seed):
+            gens = [Generation(chat_prompt_ids(tokenizer, p), [], f"<action>{demos[self.t].action}</action>") for p in prompts]
+            self.t += 1
+            return gens
+
+    collector = Collector(EnvPool(factory, 1), Scripted(), prompt, max_steps=20, invalid_penalty=-0.1)
+    (traj,) = collector.collect([(0, SEEDS[0])], 1, 1.0, 0, progress=False)
+    assert traj.won and len(traj.steps) == len(demos)
+    for step, demo in zip(traj.steps, demos):
+        assert step.prompt_ids == demo.input_ids[: demo.prompt_length].tolist()
+        assert step.action == demo.action
+
+
+def test_environment_without_expert_is_a_clear_error(tokenizer):
+    class NoExpert:
+        def reset(self, seed, episode=0):
+            return "o", {"task": "t", "admissible_actions": ["a"], "won": False}
+
+        def step(self, action):
+            return "o", 0.0, False, {"task": "t", "admissible_actions": ["a"], "won": False}
+
+    with pytest.raises(ValueError, match="walkthrough\\(\\).*solve\\(\\)"):
+        play_expert(NoExpert(), tokenizer, PromptBuilder("x"), 0)
+
+
+# -------------------------------------------------------------------- warm-up
+def _action_logprob(module, demos) -> float:
+    with torch.no_grad():
+        batch = collate(demos, module.tokenizer.pad_token_id)
+        return (token_logprobs(module.lm, batch) * batch["action_mask"]).sum().item()
+
+
+def test_warmup_fits_demonstrations_and_changes_only_lora(tiny_model_dir):
+    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)))
+    module.configure_model()
+    datamodule = RolloutDataModule(env="frozenlake", max_steps=3, history_length=1, progress=False)
+    warmup = BehaviourCloningWarmup(demonstrations=2, epochs=4, lr=3e-2, batch_size=2, progress=False)
+    demos = warmup.demonstrations_for_rank(module, datamodule)
+    before = {n: p.detach().clone() for n, p in module.lm.named_parameters()}
+    with torch.no_grad():
+        loss_before = sft_loss(module.lm, collate(demos, module.tokenizer.pad_token_id))[0].item()
+    action_before = _action_logprob(module, demos)
+
+    losses = warmup.warm_up(module, datamodule)
+
+    with torch.no_grad():
+        loss_after = sft_loss(module.lm, collate(demos, module.tokenizer.pad_token_id))[0].item()
+    assert len(losses) == 4 and losses[-1] < losses[0], losses
+    assert loss_after < loss_before * 0.95, (loss_before, loss_after)
+    assert _action_logprob(module, demos) > action_before
+    after = dict(module.lm.named_parameters())
+    lora = [n for n, p in after.items() if p.requires_grad]
+    assert lora and all("lora_" in n for n in lora)
+    assert any(not torch.equal(after[n], before[n]) for n in lora)
+    assert all(torch.equal(p, before[n]) for n, p in after.items() if not p.requires_grad)
+    assert all(p.grad is None for p in module.lm.parameters())  # nothing left for the trainer's optimizer
+
+
+@pytest.mark.parametrize("epoch, ckpt_path", [(1, None), (0, "last.ckpt")])
+def test_warmup_skips_resumed_runs(epoch, ckpt_path, monkeypatch):
+    warmup = BehaviourCloningWarmup()
+    monkeypatch.setattr(warmup, "warm_up", lambda *a, **k: pytest.fail("warm-up ran on a resumed fit"))
+    warmup.on_fit_start(SimpleNamespace(current_epoch=epoch, ckpt_path=ckpt_path), None)
