@@ -41,9 +41,9 @@ import time
 import torch
 import torch.distributed as dist
 from lightning.pytorch import Callback
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from paw_lightning import distributed
+from paw_lightning.progress import progress_bar
 from paw_lightning.demonstrations import Demonstration, collate, collect_demonstrations, sft_loss
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.rollout.prompts import PromptBuilder
@@ -95,7 +95,7 @@ class BehaviourCloningWarmup(Callback):
         lm.train()
         self.losses = []
         try:
-            with _bar(self.epochs * n_batches, enabled) as bar:
+            with progress_bar("warm-up", self.epochs * n_batches, "batches", enabled) as bar:
                 for epoch in range(self.epochs):
                     order = list(range(len(demos)))
                     random.Random(derive_seed(self.seed, "demo-shuffle", epoch, distributed.rank())).shuffle(order)
@@ -150,36 +150,3 @@ class BehaviourCloningWarmup(Callback):
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad)
             p.grad /= distributed.world_size()
-
-
-class _NoBar:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def advance(self) -> None:
-        pass
-
-
-class _Bar(_NoBar):
-    def __init__(self, total: int):
-        columns = (TextColumn("[bold magenta]warm-up"), BarColumn(), MofNCompleteColumn(), TextColumn("batches"), TimeElapsedColumn())
-        self.progress = Progress(*columns, transient=True)
-        self.task = self.progress.add_task("warm-up", total=total)
-
-    def __enter__(self):
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.progress.stop()
-        return False
-
-    def advance(self) -> None:
-        self.progress.advance(self.task, 1)
-
-
-def _bar(total: int, enabled: bool):
-    return _Bar(total) if enabled else _NoBar()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from paw_lightning import distributed
+from paw_lightning.progress import progress_bar
 from paw_lightning.envs.pool import EnvPool
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.prompts import PromptBuilder, parse_action
@@ -93,7 +93,7 @@ class Collector:
                 trajs[i].error = info["error"]
             else:
                 state[i] = (info["task"], obs, info["admissible_actions"], [])
-        with _progress(description, len(trajs), enabled=progress and distributed.rank() == 0) as bar:
+        with progress_bar(description, len(trajs), "episodes", enabled=progress and distributed.rank() == 0) as bar:
             for t in range(self.max_steps):
                 if not distributed.any_across_ranks(bool(state)):
                     break
@@ -123,37 +123,3 @@ class Collector:
 def _prompt_args(entry):
     task, obs, admissible, history = entry
     return task, obs, history, admissible
-
-
-class _NullBar:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def advance(self, n: int) -> None:
-        pass
-
-
-class _Bar:
-    def __init__(self, description: str, total: int):
-        self.progress = Progress(
-            TextColumn("[bold blue]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"), TimeElapsedColumn(), transient=True
-        )
-        self.task = self.progress.add_task(description, total=total)
-
-    def __enter__(self):
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.progress.stop()
-        return False
-
-    def advance(self, n: int) -> None:
-        self.progress.advance(self.task, n)
-
-
-def _progress(description: str, total: int, enabled: bool):
-    return _Bar(description, total) if enabled else _NullBar()
