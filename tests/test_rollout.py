@@ -1,5 +1,4 @@
 """Prompts, action parsing, the collector loop and step-sample masks, on hand-built cases."""
-import torch
 
 from paw_lightning.envs import EnvPool, make_env_factory
 from paw_lightning.model import LMConfig, load_tokenizer
