@@ -92,7 +92,7 @@ def optimise(module: PaWModule, buffer, variant: str, batches: list[list[int]], 
     start = time.perf_counter()
     for i, indices in enumerate(batches):
         batch = {k: v.to(device) for k, v in buffer.collate(indices).items()}
-        module.training_step(batch, i).backward()
+        module.compute_loss(batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     if device.type == "cuda":

@@ -1,81 +1,54 @@
-"""Compare RL algorithms over seeds: one `python -m paw_lightning fit` process per (algorithm, seed),
-all in one MLflow experiment, then a Markdown table of success rate mean ± std over seeds.
+"""Compare RL algorithms over seeds without Hydra: one `python -m paw_lightning fit` process
+per (algorithm, seed), all in one MLflow experiment, then the results table of
+``report.py`` (validation success in %, mean ± std over seeds, plus the last training
+success). A thin wrapper over ``grid.py``, the machinery of ``sweep.py``.
 
     python experiments/compare_algorithms.py                                  # GRPO, GiGPO, RLOO × seeds 0, 1, 2
     python experiments/compare_algorithms.py --algorithms grpo gigpo --seeds 0 1 --epochs 4 \\
-        --objective paw -- --data.groups=4                                    # after "--": extra CLI overrides
+        --objective paw -- --data.groups=4                                    # after "--": extra CLI arguments
 
-Every run uses the same environment config, number of epochs and seeds; a failed run is
-reported and does not stop the others. Results read back from MLflow: the last
-``train/episode/success_rate`` and ``val/episode/success_rate`` of each run.
+Every run uses the same environment config, number of epochs and seeds and validates once,
+after its last epoch; a failed run is reported and does not stop the others (exit code 1
+if any failed). Runs are named ``<algorithm>+<objective>/seed<seed>`` and write their logs
+and checkpoints under ``runs/<experiment>/``. The general tool is ``sweep.py``.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import mlflow
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_one(config: Path, algorithm: str, objective: str, seed: int, epochs: int, experiment: str, tracking_uri: str, extra: list[str]) -> bool:
-    cmd = [
-        sys.executable, "-m", "paw_lightning", "fit", "-c", str(config),
-        "-c", str(ROOT / f"configs/algorithms/{algorithm}.yaml"), "-c", str(ROOT / f"configs/objectives/{objective}.yaml"),
-        f"--seed_everything={seed}", f"--trainer.max_epochs={epochs}", f"--trainer.check_val_every_n_epoch={epochs}",
-        f"--trainer.logger.init_args.experiment_name={experiment}", f"--trainer.logger.init_args.tracking_uri={tracking_uri}",
-        f"--trainer.logger.init_args.run_name={algorithm}-{objective}-seed{seed}", "--trainer.enable_progress_bar=false",
-        "--data.progress=false", f"--trainer.default_root_dir=runs/{experiment}/{algorithm}-{objective}-seed{seed}", *extra,
-    ]
-    start = time.time()
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    status = "ok" if result.returncode == 0 else f"FAILED (exit {result.returncode}): {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ''}"
-    print(f"  {algorithm:<10} seed {seed}: {status} ({time.time() - start:.0f} s)", flush=True)
-    return result.returncode == 0
+from grid import ROOT, GridPoint, run_point, summary
+from paw_lightning import analysis
 
 
-def table(experiment: str, tracking_uri: str, keys: list[str]) -> str:
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    rows: dict[str, dict[str, list[float]]] = {}
-    for run in client.search_runs([exp.experiment_id]):
-        name = run.data.tags.get("mlflow.runName", "").rsplit("-seed", 1)[0]
-        for key in keys:
-            if key in run.data.metrics:
-                rows.setdefault(name, {}).setdefault(key, []).append(run.data.metrics[key])
-    lines = ["| algorithm-objective | " + " | ".join(keys) + " | seeds |", "|---" * (len(keys) + 2) + "|"]
-    for name in sorted(rows):
-        cells = []
-        for key in keys:
-            values = rows[name].get(key, [])
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{100 * statistics.mean(values):.1f} ± {100 * std:.1f}" if values else "–")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {max(len(v) for v in rows[name].values())} |")
-    return "\n".join(lines)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=ROOT / "configs/frozenlake.yaml")
+    parser.add_argument("--config", default=str(ROOT / "configs/frozenlake.yaml"), help="environment config (name or path)")
     parser.add_argument("--algorithms", nargs="+", default=["grpo", "gigpo", "rloo"])
     parser.add_argument("--objective", default="vanilla", help="an overlay of configs/objectives/ (vanilla, paw, …)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--experiment", default="compare-algorithms")
-    parser.add_argument("--tracking-uri", default=f"sqlite:///{Path.cwd() / 'mlflow.db'}")
-    args, extra = parser.parse_known_args()
+    parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or sqlite:///<cwd>/mlflow.db")
+    args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
-    print(f"{len(args.algorithms) * len(args.seeds)} runs of {args.epochs} epochs into MLflow experiment '{args.experiment}'")
+    uri = args.tracking_uri or analysis.default_tracking_uri()
+    print(f"{len(args.algorithms) * len(args.seeds)} runs of {args.epochs} epochs into MLflow experiment '{args.experiment}'", flush=True)
+    results, start_ms = [], int(time.time() * 1000)
     for algorithm in args.algorithms:
         for seed in args.seeds:
-            run_one(args.config, algorithm, args.objective, seed, args.epochs, args.experiment, args.tracking_uri, extra)
-    print("\nSuccess rate (%) at the last epoch, mean ± std over seeds:\n")
-    print(table(args.experiment, args.tracking_uri, ["train/episode/success_rate", "val/episode/success_rate"]))
+            point = GridPoint(env=args.config, algorithm=algorithm, objective=args.objective, seed=seed, experiment_name=args.experiment,
+                              tracking_uri=uri, epochs=args.epochs, extra=[f"--trainer.check_val_every_n_epoch={args.epochs}", *extra])
+            results.append(run_point(point, Path("runs", args.experiment, point.label, f"seed{seed}"), num=len(results)))
+    print("\n" + summary(results) + "\n")
+    client, runs = analysis.load_runs(uri, args.experiment)
+    names = {r["run_name"] for r in results}
+    runs = [run for run in runs if run.info.run_name in names and run.info.start_time >= start_ms]  # this invocation's runs
+    print("Validation at the last epoch, mean ± std over seeds (success in %):\n")
+    print(analysis.results_table(client, runs, extra=["train/episode/success_rate"]) if runs else "(no finished run)")
+    sys.exit(1 if any(r["status"] != "ok" for r in results) else 0)
 
 
 if __name__ == "__main__":

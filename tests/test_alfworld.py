@@ -287,6 +287,41 @@ def test_alfworld_runs_in_a_worker_pool():
         assert info["action_recognised"] and reward == 0.0 and not done
 
 
+class LookEngine:
+    """A policy that always answers ``look`` (always admissible in ALFWorld)."""
+
+    def generate(self, prompts, temperature, seed):
+        from paw_lightning.rollout.engine import Generation
+
+        return [Generation([1], [2], "<think>see</think><action>look</action>") for _ in prompts]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["raise_at_step", "die_at_step"])
+def test_a_crashing_alfworld_env_does_not_stop_a_collection(fault, caplog):
+    """Game 0's environment raises (or kills its worker process) at step 2: that episode
+    ends failed with the error recorded, the other plays on, and the pool serves the next
+    collection with a replaced environment / worker."""
+    from paw_lightning.rollout.collector import Collector
+    from paw_lightning.rollout.prompts import PromptBuilder
+
+    factory = make_env_factory(
+        "paw_lightning.envs.faulty.FaultyEnv", inner="alfworld", split="train", data_path=FIXTURE, fault_seeds=[0], **{fault: 2}
+    )
+    with EnvPool(factory, size=2, num_workers=2) as pool:  # env i lives on worker i
+        collector = Collector(pool, LookEngine(), PromptBuilder("alfworld", 2), max_steps=3, invalid_penalty=-0.1)
+        broken, healthy = collector.collect([(0, 0), (1, 1)], group_size=1, temperature=1.0, seed=0, progress=False)
+        assert len(broken.steps) == 2 and broken.steps[-1].done and not broken.won
+        expected = "injected fault at step 2" if fault == "raise_at_step" else "worker process died"
+        assert expected in broken.error
+        assert healthy.error is None and len(healthy.steps) == 3
+        assert all(s.action == "look" and s.reward == 0.0 for s in healthy.steps)
+        assert healthy.task_type and healthy.steps[1].observation == healthy.steps[0].next_observation
+
+        again = collector.collect([(0, 1)], group_size=2, temperature=1.0, seed=1, progress=False)
+        assert all(t.error is None and len(t.steps) == 3 for t in again)
+
+
 @pytest.mark.slow
 def test_engine_speedups_change_no_output():
     """AlfWorldEnv (memoised translation and parsing) == alfworld's plain wrapper chain, step by step."""

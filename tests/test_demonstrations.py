@@ -138,3 +138,21 @@ def test_warmup_skips_resumed_runs(epoch, ckpt_path, monkeypatch):
     warmup = BehaviourCloningWarmup()
     monkeypatch.setattr(warmup, "warm_up", lambda *a, **k: pytest.fail("warm-up ran on a resumed fit"))
     warmup.on_fit_start(SimpleNamespace(current_epoch=epoch, ckpt_path=ckpt_path), None)
+
+
+def test_token_logprobs_equal_a_full_log_softmax_at_the_loss_positions(tiny_model_dir):
+    """The memory-saving path (logits from the first loss position, log-softmax only where the
+    loss reads) gives exactly the log-probs of a plain full-sequence log-softmax."""
+    torch.manual_seed(0)
+    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)))
+    module.configure_model()
+    datamodule = RolloutDataModule(env="frozenlake", max_steps=3, history_length=1, progress=False)
+    demos = BehaviourCloningWarmup(demonstrations=2, progress=False).demonstrations_for_rank(module, datamodule)
+    batch = collate(demos, module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        fast = token_logprobs(module.lm, batch)
+        logits = module.lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    full = logits[:, :-1].log_softmax(-1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    mask = batch["loss_mask"].bool()
+    assert mask.sum() > 0 and torch.equal(fast[~mask], torch.zeros_like(fast[~mask]))
+    torch.testing.assert_close(fast[:, 1:][mask[:, 1:]], full[mask[:, 1:]], rtol=1e-5, atol=1e-5)

@@ -13,6 +13,7 @@ from paw_lightning.model import (
     load_tokenizer,
     reference_policy,
     resolve_model_source,
+    training_attention_mask,
 )
 from paw_lightning.testing import build_tiny_tokenizer
 
@@ -65,6 +66,23 @@ def test_only_lora_weights_are_trainable(tiny_model_dir):
     assert trainable and all("lora_" in n for n in trainable)
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     assert frozen and not any("lora_" in n for n in frozen)
+
+
+def test_right_padded_batches_drop_the_mask_without_changing_valid_logits(tiny_model_dir):
+    torch.manual_seed(0)
+    model = load_model(LMConfig(name_or_path=str(tiny_model_dir), lora_r=4)).eval()
+    ids = torch.randint(3, 40, (3, 12))
+    right = torch.ones(3, 12, dtype=torch.long)
+    right[1, 8:] = 0
+    right[2, 5:] = 0
+    left = right.flip(1)
+    assert training_attention_mask(right) is None
+    assert training_attention_mask(left) is left  # left padding keeps its mask
+    with torch.no_grad():
+        masked = model(input_ids=ids, attention_mask=right).logits
+        unmasked = model(input_ids=ids, attention_mask=training_attention_mask(right)).logits
+    valid = right.bool()
+    torch.testing.assert_close(unmasked[valid], masked[valid])
 
 
 def test_reference_policy_is_the_base_model(tiny_model_dir):

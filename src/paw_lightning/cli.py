@@ -3,7 +3,8 @@
 A LightningCLI with the omegaconf parser (``${…}`` interpolation; repeated ``-c`` merges,
 last wins), the optimizer injected into :class:`PaWModule` (``model.optimizer``), the
 trainer defaults an on-policy loop needs, and the resolved config, git SHA and seed saved
-to the MLflow run. User mistakes (unknown environment, missing model, bad values) end
+to the MLflow run. ``fit --ckpt_path=…`` continues the MLflow run recorded in the checkpoint
+(when that run exists in the tracking store). User mistakes (unknown environment, missing model, bad values) end
 with one ``error: …`` line and exit code 2; ``PAW_LIGHTNING_DEBUG=1`` shows the traceback.
 """
 from __future__ import annotations
@@ -12,15 +13,17 @@ import os
 import sys
 from pathlib import Path
 
+import torch
 import yaml
-
+from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
-from paw_lightning.callbacks import LossBalancer
+from paw_lightning.callbacks import EvaluationReport, LossBalancer, MLflowTracking
+from paw_lightning.callbacks.mlflow import RUN_ID_KEY
 from paw_lightning.data import RolloutDataModule
-from paw_lightning.loggers import git_sha
+from paw_lightning.loggers import default_tracking_uri, git_sha
 from paw_lightning.module import PaWModule
 
 TRAINER_DEFAULTS = {
@@ -32,9 +35,12 @@ TRAINER_DEFAULTS = {
 }
 
 
+ALGORITHM_NAMES = {"GAE": "ppo"}  # the `algorithm` tag: the advantage estimator's name, lower case, except PPO
+
+
 class MLflowSaveConfigCallback(SaveConfigCallback):
     """Saves the resolved config as the run's ``config.yaml`` artifact, plus git SHA, seed and
-    the tags that let the MLflow UI group runs (environment, objectives)."""
+    the tags that let the MLflow UI group runs (environment, algorithm, objectives)."""
 
     def __init__(self, parser, config, **kwargs):
         kwargs["save_to_log_dir"] = False
@@ -49,23 +55,30 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
         sha = git_sha()
         datamodule = trainer.datamodule
         wm = pl_module.world_model_objective
+        advantage = type(getattr(pl_module.policy_objective, "advantage", None)).__name__
         tags = {
             "git_sha": sha,
             "mlflow.source.git.commit": sha,
             "env": datamodule.env_name if datamodule is not None else "",
             "policy_objective": type(pl_module.policy_objective).__name__,
-            "advantage": type(getattr(pl_module.policy_objective, "advantage", None)).__name__,
+            "advantage": advantage,
+            "algorithm": ALGORITHM_NAMES.get(advantage, advantage.lower()),
             "world_model_objective": type(wm).__name__ if wm is not None else "none",
         }
         for key, value in tags.items():
             client.set_tag(run_id, key, value)
         if datamodule is not None:
+            logged = client.get_run(run_id).data.params.get("seed")
+            if logged is not None and logged != str(datamodule.seed):  # a resumed run (MLflow params are write-once)
+                raise ValueError(f"MLflow run {run_id} was logged with seed {logged}, not {datamodule.seed}: resume with the same seed (--seed_everything={logged} or --data.seed={logged})")
             client.log_param(run_id, "seed", datamodule.seed)
 
 
 class PawCLI(LightningCLI):
-    """Adds two always-present callbacks with their own config sections: ``balancer`` (the
-    world-model loss balancing, swapped by the objective overlays) and ``checkpoint``."""
+    """Adds always-present callbacks with their own config sections: ``balancer`` (the
+    world-model loss balancing, swapped by the objective overlays), ``checkpoint``,
+    ``mlflow`` (trajectory tables, LoRA adapter artifact, system metrics, run id in
+    checkpoints) and ``evaluation`` (a JSON report per evaluation)."""
 
     def __init__(self, args=None, run: bool = True):
         super().__init__(
@@ -85,7 +98,60 @@ class PawCLI(LightningCLI):
         parser.add_lightning_class_args(LossBalancer, "balancer", subclass_mode=True)
         parser.set_defaults({"balancer": {"class_path": "paw_lightning.callbacks.RewardAdaptiveLambda"}})
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.every_n_epochs": 1})
+        # save at every epoch end, also when validation runs only every k epochs (Lightning would wait for it)
+        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.every_n_epochs": 1, "checkpoint.save_on_train_epoch_end": True})
+        parser.add_lightning_class_args(MLflowTracking, "mlflow")
+        parser.add_lightning_class_args(EvaluationReport, "evaluation")
+
+    def before_instantiate_classes(self) -> None:
+        """``fit --ckpt_path=…``: log into the MLflow run the checkpoint was written by."""
+        if self.subcommand == "fit":
+            config = self.config["fit"]
+            resume_mlflow_run(config.trainer.logger, config.get("ckpt_path"))
+
+    def before_fit(self) -> None:
+        if self.trainer.gradient_clip_val:  # Lightning would refuse it with manual optimisation, less clearly
+            raise ValueError(
+                "trainer.gradient_clip_val is not used: PaWModule optimises manually (micro-batches); "
+                f"set model.max_grad_norm={self.trainer.gradient_clip_val} instead"
+            )
+
+
+def checkpoint_run_id(path: str | Path) -> str | None:
+    """The MLflow run id stored in a checkpoint file or in FSDP2's distributed-checkpoint folder
+    (its non-tensor entries live in the folder's metadata file); ``None`` if absent."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / _METADATA_FILENAME
+    if not path.is_file():
+        return None
+    checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    return checkpoint.get(RUN_ID_KEY) if isinstance(checkpoint, dict) else None
+
+
+def resume_mlflow_run(logger_config, ckpt_path: str | None) -> None:
+    """Set ``run_id`` of an MLflow logger's config to the run recorded in ``ckpt_path``, unless a
+    run id is already given or that run is not in the logger's tracking store (then the
+    resumed fit starts a new run, with a warning)."""
+    loggers = logger_config if isinstance(logger_config, list) else [logger_config]
+    for logger in loggers:
+        if not ckpt_path or not hasattr(logger, "class_path") or not logger.class_path.endswith("MLFlowLogger"):
+            continue
+        init_args = logger.get("init_args")
+        if init_args is None or init_args.get("run_id"):
+            continue
+        run_id = checkpoint_run_id(ckpt_path)
+        if run_id is None:
+            continue
+        uri = init_args.get("tracking_uri") or default_tracking_uri()
+        try:
+            import mlflow
+
+            mlflow.MlflowClient(uri).get_run(run_id)
+        except Exception as err:  # noqa: BLE001 - any lookup failure means: start a new run
+            print(f"warning: MLflow run {run_id} of the checkpoint is not in {uri} ({type(err).__name__}); starting a new run", file=sys.stderr)
+            continue
+        init_args.run_id = run_id
 
 
 def check_config_files(args: list[str]) -> None:

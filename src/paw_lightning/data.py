@@ -6,7 +6,10 @@
 3. runs the module's scoring pass (π_old, reference log-probs, action entropies),
 4. fills the advantages with the policy objective's estimator,
 5. yields ``ppo_epochs`` passes of shuffled mini-batches.
-Validation and test collect episodes on fixed held-out task seeds at ``val_temperature``.
+Validation and test collect episodes on fixed held-out task seeds at ``val_temperature``,
+when their loader is iterated, i.e. at every evaluation with the weights of that moment
+(Lightning requests the validation loader once before the first training epoch: an eager
+loader would evaluate the untrained model at epoch 0).
 
 Distributed: rank r plays groups ``[r·n, (r+1)·n)`` with ``n = groups / world_size``, and
 every rank yields the same number of batches (required by FSDP2 and DDP).
@@ -18,11 +21,11 @@ import os
 
 import torch
 from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from paw_lightning import distributed
 from paw_lightning.envs import EnvPool, make_env_factory
-from paw_lightning.metrics import episode_metrics
+from paw_lightning.metrics import episode_metrics, pass_at_k_metrics
 from paw_lightning.rollout.collector import Collector, derive_seed
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.prompts import PromptBuilder
@@ -140,13 +143,37 @@ class RolloutDataModule(LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test", self.test_groups)
 
+    def eval_plan(self, split: str) -> dict:
+        """What an evaluation of ``split`` (``val`` / ``test``) plays, for its report: the held-out
+        tasks (group g resets with task seed ``derive_seed(split, g)``, the same in every
+        evaluation and run), the sampling seed of each rank (``derive_seed(seed, split, rank)``),
+        the episodes per task, the temperature and the environment arguments."""
+        groups = self.val_groups if split == "val" else self.test_groups
+        return {
+            "split": split,
+            "env": self.env_name,
+            "env_kwargs": dict(getattr(self.eval_env_factory, "keywords", {}) or {}),
+            "groups": groups,
+            "group_size": self.val_group_size,
+            "temperature": self.val_temperature,
+            "max_steps": self.max_steps,
+            "task_seeds": [derive_seed(split, g) for g in range(groups)],
+            "sampling_seeds": [derive_seed(self.seed, split, r) for r in range(distributed.world_size())],
+        }
+
     def _eval_loader(self, split: str, groups: int) -> DataLoader:
+        self._my_groups(groups)  # a bad number of groups fails here, not mid-evaluation
+        return DataLoader(_EvalEpisodes(self, split, groups), batch_size=None)
+
+    def play_eval(self, split: str, groups: int) -> RolloutBuffer:
+        """Play this rank's share of the held-out tasks with the current policy; sets
+        ``episode_metrics[split]`` (with pass@k) and ``eval_rollouts[split]``."""
         module = self.trainer.lightning_module
         tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
         trajectories = self._collect(module, "eval", tasks, self.val_group_size, self.val_temperature, derive_seed(self.seed, split, distributed.rank()), split)
-        self.episode_metrics[split] = episode_metrics(trajectories)
+        self.episode_metrics[split] = {**episode_metrics(trajectories), **pass_at_k_metrics(trajectories)}
         buffer = self.eval_rollouts[split] = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens)
-        return self._loader(buffer, self._split(list(range(len(buffer))), self.eval_batch_size))
+        return buffer
 
     # -------------------------------------------------------------- helpers
     def _collect(self, module, pool: str, tasks, group_size, temperature, seed, description):
@@ -178,3 +205,17 @@ class RolloutDataModule(LightningDataModule):
     @staticmethod
     def _loader(buffer: RolloutBuffer, batches: list[list[int]]) -> DataLoader:
         return DataLoader(range(len(buffer)), batch_sampler=batches, collate_fn=buffer.collate)
+
+
+class _EvalEpisodes(IterableDataset):
+    """Validation / test batches of episodes played when iteration starts (every evaluation);
+    every rank yields the same number of batches."""
+
+    def __init__(self, datamodule: RolloutDataModule, split: str, groups: int):
+        self.datamodule, self.split, self.groups = datamodule, split, groups
+
+    def __iter__(self):
+        dm = self.datamodule
+        buffer = dm.play_eval(self.split, self.groups)
+        for indices in dm._split(list(range(len(buffer))), dm.eval_batch_size):
+            yield buffer.collate(indices)

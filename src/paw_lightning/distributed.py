@@ -21,10 +21,18 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+def _device() -> torch.device:
+    """Where a collective's tensor must live: a CUDA device when the default group runs NCCL
+    alone (it takes no CPU tensors), else the CPU (gloo, or a ``cpu:gloo,cuda:nccl`` group)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _reduce(value: float, op) -> float:
     if not is_distributed():
         return value
-    t = torch.tensor([float(value)], dtype=torch.float64)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_device())
     dist.all_reduce(t, op=op)
     return t.item()
 

@@ -1,11 +1,15 @@
-"""MLflow logging defaults: a SQLite tracking store (MLflow 3 refuses the file store)."""
+"""MLflow logging defaults: a SQLite tracking store (MLflow 3 refuses the file store), the
+epoch as every metric's step, and resuming into an existing run."""
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
 
 
 def default_tracking_uri() -> str:
@@ -22,15 +26,38 @@ class PawMLFlowLogger(MLFlowLogger):
         tracking_uri: ``sqlite:///path.db``, ``postgresql://…`` or an ``http://`` tracking
             server; default ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<cwd>/mlflow.db``.
         tags: extra run tags.
+        run_id: log into this existing run (set by the CLI when ``fit`` resumes from a
+            checkpoint that recorded its run); its status goes back to RUNNING.
+
+    Metrics are logged with the epoch as their MLflow step (Lightning passes the global step;
+    ``trainer.current_epoch`` rides along as the ``epoch`` metric), so train and validation
+    curves share one x-axis and a resumed run continues the same axis.
     """
 
-    def __init__(self, experiment_name: str = "paw_lightning", run_name: str | None = None, tracking_uri: str | None = None, tags: dict | None = None, **kwargs):
+    def __init__(self, experiment_name: str = "paw_lightning", run_name: str | None = None, tracking_uri: str | None = None, tags: dict | None = None, run_id: str | None = None, **kwargs):
         uri = tracking_uri or default_tracking_uri()
-        if uri.startswith("file:") or "://" not in uri:
+        if uri.startswith("file:") or ("://" not in uri and uri != "databricks"):
             raise ValueError(
-                f"MLflow tracking_uri {uri!r} is a file store, which MLflow 3 refuses: use 'sqlite:///mlflow.db' or a server URL"
+                f"MLflow tracking_uri {uri!r} is a file store, which MLflow 3 refuses: use 'sqlite:///mlflow.db', "
+                "'postgresql://…' or a tracking server URL such as 'http://127.0.0.1:5000'"
             )
-        super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=tags, **kwargs)
+        super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=tags, run_id=run_id, **kwargs)
+        self._resuming = run_id is not None
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        first = not self._initialized
+        client = MLFlowLogger.experiment.fget(self)
+        if first and self._resuming:
+            client.update_run(self._run_id, status="RUNNING")
+        return client
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if "epoch" in metrics:
+            step = int(metrics["epoch"])
+        super().log_metrics(metrics, step)
 
 
 def git_sha(path: str | Path | None = None) -> str:

@@ -1,8 +1,8 @@
-"""Episode-level metrics of a collection (success, return, length, invalid actions), plus
-the success rate per task type (ALFWorld) under ALFWorld's short column names."""
+"""Episode-level metrics of a collection (success, return, length, invalid actions), the
+success rate per task type (ALFWorld) under ALFWorld's short column names, and pass@k."""
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import torch.distributed as dist
 
@@ -52,3 +52,37 @@ def task_type_success(trajectories: list[Trajectory]) -> dict[str, float]:
         dist.all_gather_object(gathered, (played, won))
         played, won = sum((p for p, _ in gathered), Counter()), sum((w for _, w in gathered), Counter())
     return {f"success_rate/{TASK_TYPE_NAMES.get(k, k)}": won[k] / played[k] for k in sorted(played)}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator of one task (Chen et al., 2021): with ``n`` samples of which
+    ``c`` succeeded, the probability that ``k`` of them drawn without replacement hold at least
+    one success, ``1 − C(n−c, k) / C(n, k)``, computed as ``1 − Π_{i=n−c+1}^{n} (1 − k/i)``
+    (no huge binomials)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (got n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    fail = 1.0
+    for i in range(n - c + 1, n + 1):
+        fail *= 1.0 - k / i
+    return 1.0 - fail
+
+
+def pass_at_k_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """``pass_at_<k>`` for every k from 1 to n, n = episodes per task (a group's episodes are n
+    samples of one task): :func:`pass_at_k` per task, averaged over tasks. Groups of unequal
+    size share the k's up to the smallest group. (MLflow metric names cannot hold ``@``.)
+
+    Under ``torch.distributed`` each rank averages over its own tasks; every rank plays the
+    same number of tasks, so the module's ``sync_dist`` mean is the mean over all tasks."""
+    groups: dict[int, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        groups[t.group_id].append(bool(t.won))
+    if not groups:
+        return {}
+    n_min = min(len(wins) for wins in groups.values())
+    return {
+        f"pass_at_{k}": sum(pass_at_k(len(wins), sum(wins), k) for wins in groups.values()) / len(groups)
+        for k in range(1, n_min + 1)
+    }

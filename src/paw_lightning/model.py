@@ -17,7 +17,16 @@ Deliberate simplifications:
   never deleted.
 - The reference policy of the KL term is the same model with the LoRA adapters
   disabled (`reference_policy`), so it costs no memory; there is no separate frozen copy.
-- 4-bit quantisation is not handled here.
+- QLoRA (`LMConfig.quantization="nf4"`): the frozen base linear layers are loaded as
+  bitsandbytes 4-bit NF4 weights, straight onto the GPU, with the compute dtype *and* the
+  storage dtype (`bnb_4bit_quant_storage`) equal to `LMConfig.dtype`, as bitsandbytes'
+  FSDP-QLoRA guide requires; LoRA adapters on top train as usual. It needs a CUDA GPU and
+  the optional extra `pip install 'paw_lightning[qlora]'`; on a CPU it is refused with a
+  one-line error. Under FSDP2 (`shard_model`) the 4-bit weights are *replicated* on every
+  rank, not sharded: FSDP2 turns a sharded parameter into a plain DTensor and drops
+  bitsandbytes' `Params4bit.quant_state` (bitsandbytes issue #1945), and the frozen 4-bit
+  base is small (≈ 0.5 byte per weight) and needs no gradient reduction. Everything else
+  (LoRA, embeddings, norms) is sharded.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from peft.tuners.lora import LoraLayer
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +80,13 @@ class LMConfig:
         lora_dropout: dropout on the LoRA branch input.
         lora_target_modules: module names that get adapters, or "all-linear" (every
             linear layer except the output head).
-        gradient_checkpointing: recompute decoder-layer activations in backward
-            (non-reentrant) to save memory.
+        gradient_checkpointing: activation checkpointing of the decoder layers: recompute
+            their activations in backward (non-reentrant) to save memory; works under FSDP2.
+        quantization: ``null`` (weights in ``dtype``) or ``nf4``: QLoRA, the frozen base
+            linear layers in 4-bit NF4 (bitsandbytes; CUDA only), computed and stored in
+            ``dtype`` (use ``bfloat16`` on GPUs).
+        double_quant: with ``nf4``, also quantise the quantisation constants (QLoRA's double
+            quantisation, ≈ 0.4 bit per weight saved).
         cache_dir: where GGUF files are converted to; default $PAW_LIGHTNING_CACHE or
             ~/.cache/paw_lightning.
         trust_remote_code: allow model code from the hub (only for models that need it).
@@ -85,8 +99,14 @@ class LMConfig:
     lora_dropout: float = 0.0
     lora_target_modules: list[str] | str = "all-linear"
     gradient_checkpointing: bool = False
+    quantization: Literal["nf4"] | None = None
+    double_quant: bool = True
     cache_dir: str | None = None
     trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if self.quantization not in (None, "nf4"):
+            raise ValueError(f"model.lm.quantization must be null or 'nf4' (got {self.quantization!r})")
 
 
 def default_cache_dir() -> Path:
@@ -227,15 +247,46 @@ def load_tokenizer(cfg: LMConfig) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(cfg: LMConfig) -> PeftModel:
+def quantization_config(cfg: LMConfig, device: torch.device | None) -> BitsAndBytesConfig | None:
+    """bitsandbytes' 4-bit NF4 config of `cfg` (``None`` without quantization), with compute
+    and storage dtype `cfg.dtype`. Raises a one-line `ValueError` when `device` is not a
+    CUDA device or bitsandbytes is not installed."""
+    if cfg.quantization is None:
+        return None
+    if device is None or torch.device(device).type != "cuda":
+        raise ValueError(
+            f"4-bit QLoRA (model.lm.quantization=nf4) needs a CUDA GPU, but the model goes to "
+            f"{device or 'cpu'}: run with --trainer.accelerator=gpu, or set model.lm.quantization=null"
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError(
+            "model.lm.quantization=nf4 needs bitsandbytes, which is not installed: "
+            "pip install 'paw_lightning[qlora]'"
+        )
+    dtype = getattr(torch, cfg.dtype)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=dtype,
+        bnb_4bit_quant_storage=dtype,  # FSDP-QLoRA: storage dtype = compute dtype
+        bnb_4bit_use_double_quant=cfg.double_quant,
+    )
+
+
+def load_model(cfg: LMConfig, device: torch.device | None = None) -> PeftModel:
     """Causal LM of `cfg.name_or_path` in `cfg.dtype` with fresh LoRA adapters.
 
     Only the LoRA weights require grad. With `cfg.gradient_checkpointing`, decoder layers
-    recompute activations in backward (non-reentrant checkpointing).
+    recompute activations in backward (non-reentrant checkpointing). With
+    `cfg.quantization="nf4"` (QLoRA) the base is quantised while loading onto `device`,
+    which must be a CUDA device (see `quantization_config`); otherwise `device` is unused
+    (the trainer moves the model).
     """
+    quantization = quantization_config(cfg, device)
     source = resolve_model_source(cfg.name_or_path, cfg.cache_dir, cfg.trust_remote_code)
+    extra = {"quantization_config": quantization, "device_map": {"": torch.device(device)}} if quantization else {}
     base = AutoModelForCausalLM.from_pretrained(
-        source, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code
+        source, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code, **extra
     )
     if cfg.gradient_checkpointing:
         base.activation_checkpointing_enable({"use_reentrant": False})
@@ -252,6 +303,16 @@ def load_model(cfg: LMConfig) -> PeftModel:
     if not trainable or any("lora_" not in name for name in trainable):
         raise RuntimeError(f"expected only LoRA weights to be trainable, got {trainable[:5]}")
     return model
+
+
+def training_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask to pass for a training / scoring forward: ``None`` when every row is
+    right-padded (ones, then zeros). Under causal attention a valid position then only sees
+    valid positions, so its outputs are exactly those of the masked forward (padding outputs
+    differ, and no loss reads them), and SDPA takes its fused causal path instead of
+    materialising a mask (measured on CPU, 2 × 1000 tokens: about 15% faster, 8% less memory)."""
+    mask = attention_mask.long()
+    return None if torch.equal(mask.cummin(dim=1).values, mask) else attention_mask
 
 
 @contextlib.contextmanager
@@ -277,14 +338,16 @@ def shard_model(
     unit, their frozen base weight left to the root; then the root, which is
     `model.get_base_model()` and not the `PeftModel` wrapper, because
     `PeftModel.generate` calls the base model directly and would skip a root hook on the
-    wrapper.
+    wrapper. bitsandbytes' 4-bit weights (QLoRA) stay out of every unit: replicated, not
+    sharded (see the module docstring).
     """
+    base = model.get_base_model()
     kwargs = dict(
         mesh=device_mesh,
         mp_policy=mp_policy or MixedPrecisionPolicy(),
         reshard_after_forward=reshard_after_forward,
+        ignored_params={p for p in base.parameters() if type(p).__name__ == "Params4bit"} or None,
     )
-    base = model.get_base_model()
     layers = decoder_layers(base)
     for layer in layers:
         fully_shard(layer, **kwargs)
@@ -295,6 +358,15 @@ def shard_model(
                 fully_shard(linear, **kwargs)
     fully_shard(base, **kwargs)
     return model
+
+
+def fsdp_mixed_precision(precision: str | None) -> MixedPrecisionPolicy:
+    """FSDP2's policy for Lightning's ``trainer.precision``: ``bf16-mixed`` / ``16-mixed``
+    all-gather the weights and compute in bf16 / fp16 and reduce the gradients in float32
+    (the sharded weights, and so the optimizer, keep their own dtype); anything else
+    (``32-true``, ``bf16-true``, …) computes in the weights' own dtype."""
+    half = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(precision))
+    return MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
 
 
 def decoder_layers(base: nn.Module) -> list[nn.Module]:

@@ -1,14 +1,20 @@
 """PaWModule: one causal LM with LoRA, trained on a policy objective and, from the same
 forward pass, a world-model objective (METHODS.md §3).
 
-``training_step`` reads top to bottom: forward → policy loss → world-model loss →
-combine. The policy objective, the world-model objective (``None`` = vanilla RL) and the
+``training_step`` is one optimizer step on one mini-batch (manual optimisation): the
+mini-batch is cut into micro-batches by a token budget (``micro_batch_tokens``, see
+:mod:`paw_lightning.microbatch`), each goes through ``compute_loss`` — forward → policy
+loss → world-model loss → combine — and backward, the gradients accumulate, then clip and
+step. The objectives normalise by totals of the whole mini-batch, so the update is the same
+whatever the split. The policy objective, the world-model objective (``None`` = vanilla RL) and the
 optimizer are injected from YAML. The per-group world-model weight λ_g is set by a
 loss-balancing callback (:mod:`paw_lightning.callbacks.balancing`) before each update.
 
 Deliberate simplifications: log-probs are computed at temperature 1 (the rollout
 temperature of the paper's recipe); logits are computed only from the shortest prompt of
-a mini-batch onwards (``logits_to_keep``), since no loss reads the prompt's logits.
+a (micro-)batch onwards (``logits_to_keep``), since no loss reads the prompt's logits.
+Under FSDP2/DDP a rank with fewer micro-batches than its peers repeats its last one with
+weight 0 (a wasted forward/backward, but every rank must join the same collectives).
 """
 from __future__ import annotations
 
@@ -22,13 +28,16 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import fully_shard
 from torchmetrics.functional.text import char_error_rate
 
-from paw_lightning import distributed
+from paw_lightning import checkpointing, distributed
 from paw_lightning.callbacks.balancing import LossBalancer
-from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy, shard_model
+from paw_lightning.memory import peak_memory_gib
+from paw_lightning.microbatch import micro_batches
+from paw_lightning.model import LMConfig, fsdp_mixed_precision, load_model, load_tokenizer, reference_policy, shard_model, training_attention_mask
 from paw_lightning.objectives import PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
+from paw_lightning.objectives.types import LossOutput
 from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.rollout.samples import RolloutBuffer
+from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
 
 
 def _adamw(params):
@@ -44,6 +53,13 @@ class PaWModule(LightningModule):
     score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference).
     wm_eval_samples: validation transitions per rank whose next observation is predicted
         free-running (greedy) and scored with exact match and character error rate.
+    micro_batch_tokens: token budget of one forward/backward of a training step: the
+        mini-batch is split into micro-batches of at most this many padded tokens (rows ×
+        longest row; a longer sample goes alone) and the gradients accumulate to one
+        optimizer step; ``null``: the whole mini-batch at once.
+    max_grad_norm: clip the global gradient norm to this before each optimizer step;
+        ``null``: no clipping (replaces ``trainer.gradient_clip_val``, which manual
+        optimisation does not support).
     """
 
     strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
@@ -56,8 +72,17 @@ class PaWModule(LightningModule):
         optimizer: OptimizerCallable = _adamw,
         score_batch_size: int = 8,
         wm_eval_samples: int = 8,
+        micro_batch_tokens: int | None = None,
+        max_grad_norm: float | None = None,
     ):
         super().__init__()
+        if micro_batch_tokens is not None and micro_batch_tokens < 1:
+            raise ValueError(f"model.micro_batch_tokens must be at least 1 or null (got {micro_batch_tokens})")
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"model.max_grad_norm must be positive or null (got {max_grad_norm})")
+        self.automatic_optimization = False  # training_step accumulates micro-batches itself
+        self.micro_batch_tokens = micro_batch_tokens
+        self.max_grad_norm = max_grad_norm
         self.lm_config = lm or LMConfig()
         self.policy_objective = policy_objective or PolicyObjective()
         self.world_model_objective = world_model_objective
@@ -69,18 +94,21 @@ class PaWModule(LightningModule):
         self.value_head: torch.nn.Linear | None = None  # PPO's critic, built in configure_model
         self.wm_lambda: dict[int, float] | None = None  # set by a loss-balancing callback
         self.update_metrics: dict[str, float] = {}  # diagnostics of the current update's preparation
+        self.last_predictions: dict[int, str] = {}  # free-running o_{t+1} of the latest evaluation (sample index → text)
+        self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
 
     # ----------------------------------------------------------------- set-up
     def configure_model(self) -> None:
         if self.lm is not None:
             return
-        self.lm = load_model(self.lm_config)
+        attached = self._trainer is not None
+        self.lm = load_model(self.lm_config, device=self.trainer.strategy.root_device if attached else self.device)
         if self.critic is not None:  # PPO: V(h_t) from the last hidden state of the prompt
             self.value_head = torch.nn.Linear(self.lm.config.hidden_size, 1)
             torch.nn.init.normal_(self.value_head.weight, std=1e-3)
             torch.nn.init.zeros_(self.value_head.bias)
-        if self._trainer is not None and isinstance(self.trainer.strategy, ModelParallelStrategy):
-            shard_model(self.lm, self.device_mesh["data_parallel"])
+        if attached and isinstance(self.trainer.strategy, ModelParallelStrategy):
+            shard_model(self.lm, self.device_mesh["data_parallel"], mp_policy=fsdp_mixed_precision(self.trainer.precision))
             if self.critic is not None:
                 fully_shard(self.value_head, mesh=self.device_mesh["data_parallel"])
 
@@ -100,6 +128,12 @@ class PaWModule(LightningModule):
         trainer = self.trainer
         if trainer.reload_dataloaders_every_n_epochs != 1:
             raise ValueError("trainer.reload_dataloaders_every_n_epochs must be 1: every epoch trains on fresh on-policy rollouts")
+        if isinstance(trainer.strategy, ModelParallelStrategy) and trainer.strategy._save_distributed_checkpoint:
+            raise ValueError(
+                "ModelParallelStrategy must save one full checkpoint file, resumable at any world size: use "
+                "paw_lightning.strategy.FSDP2Strategy (as configs/scale/*.yaml do) or set "
+                "trainer.strategy.init_args.save_distributed_checkpoint=false"
+            )
         if self.world_model_objective is not None and not any(isinstance(cb, LossBalancer) for cb in trainer.callbacks):
             raise ValueError(
                 "world_model_objective is set but no loss-balancing callback sets λ: add "
@@ -120,7 +154,7 @@ class PaWModule(LightningModule):
         width = input_ids.shape[1]
         with_values = self.critic is not None and "prompt_lengths" in batch
         out = self.lm(
-            input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=width - keep_from + 1, use_cache=False, output_hidden_states=with_values
+            input_ids=input_ids, attention_mask=training_attention_mask(batch["attention_mask"]), logits_to_keep=width - keep_from + 1, use_cache=False, output_hidden_states=with_values
         )
         read = torch.zeros_like(input_ids, dtype=torch.bool)
         for key in ("action_mask", "obs_mask"):
@@ -216,6 +250,29 @@ class PaWModule(LightningModule):
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """One optimizer step on one mini-batch, accumulated over its micro-batches."""
+        optimizer = self.optimizers()
+        totals = self.loss_totals(batch)
+        parts = micro_batches(batch, self.micro_batch_tokens)
+        metrics: dict[str, torch.Tensor] = {}
+        # every rank runs as many forward/backward passes as the busiest one (FSDP2/DDP collectives):
+        # a rank with fewer repeats its last micro-batch with weight 0
+        for k in range(distributed.max_across_ranks(len(parts))):
+            micro, weight = (parts[k], 1.0) if k < len(parts) else (parts[-1], 0.0)
+            out = self.compute_loss(micro, totals)
+            self.manual_backward(out.loss * weight)
+            for key, value in out.metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + weight * value  # micro-batch shares add up to the mini-batch's value
+        optimizer.step()  # gradient clipping: on_before_optimizer_step
+        optimizer.zero_grad(set_to_none=True)
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
+        return metrics["loss"]
+
+    def compute_loss(self, batch: dict, totals: dict | None = None) -> LossOutput:
+        """forward → policy loss → (value loss) → world-model loss → combine, for a batch; with the
+        ``totals`` of a whole mini-batch (``loss_totals``) the loss and metrics of a micro-batch
+        are its additive share of the mini-batch's."""
+        totals = totals or self.loss_totals(batch)
         # entropy is logged as train/policy/entropy; it is a loss term only when entropy_coef > 0
         outputs = self.token_outputs(batch, entropy=True, entropy_grad=self.policy_objective.entropy_coef > 0)
         policy = self.policy_objective(
@@ -225,21 +282,37 @@ class PaWModule(LightningModule):
             batch["action_mask"],
             ref_logprobs=batch.get("ref_logprobs"),
             entropy=outputs.get("entropy"),
+            totals=totals["policy"],
         )
         loss, metrics = policy.loss, dict(policy.metrics)
         if self.critic is not None:
-            value = self.critic.value_loss(outputs["values"], batch["old_values"], batch["returns"])
+            value = self.critic.value_loss(outputs["values"], batch["old_values"], batch["returns"], samples=totals["samples"])
             loss = loss + self.critic.value_coef * value.loss
             metrics.update(value.metrics)
         if self.world_model_objective is not None:
             wm = self.world_model_objective(
-                outputs["logprobs"], batch["obs_mask"], batch["group_ids"], self.group_lambdas(batch["group_ids"]), batch.get("wm_selected")
+                outputs["logprobs"], batch["obs_mask"], batch["group_ids"], self.group_lambdas(batch["group_ids"]), batch.get("wm_selected"), totals=totals["wm"]
             )
             loss = loss + wm.loss
             metrics.update(wm.metrics)
         metrics["loss"] = loss.detach()
-        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
-        return loss
+        return LossOutput(loss, metrics)
+
+    def loss_totals(self, batch: dict) -> dict:
+        """The normalisers of a whole mini-batch that every objective divides by (see the
+        objectives' ``totals``): data only, no forward."""
+        totals = {"policy": self.policy_objective.totals(batch["advantages"], batch["action_mask"]), "samples": len(batch["input_ids"])}
+        if self.world_model_objective is not None:
+            totals["wm"] = self.world_model_objective.totals(batch["obs_mask"], batch["group_ids"], self.group_lambdas(batch["group_ids"]), batch.get("wm_selected"))
+        return totals
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if self.max_grad_norm is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+
+    def on_train_epoch_end(self) -> None:
+        """Peak memory of each rank (GPU: allocated tensors; CPU: peak RSS), the max over ranks."""
+        self.log("train/memory/peak_gib", peak_memory_gib(self.device), sync_dist=True, reduce_fx="max")
 
     def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:
         """λ of each sample's group, as set by the balancing callback."""
@@ -270,8 +343,9 @@ class PaWModule(LightningModule):
     @torch.no_grad()
     def predict_observations(self, buffer: RolloutBuffer, n: int) -> dict[str, float]:
         """Greedy free-running prediction of o_{t+1} from (h_t, a_t) for ``n`` transitions spread
-        over the buffer: exact match and character error rate against the true observation."""
-        indices = torch.linspace(0, len(buffer) - 1, min(n, len(buffer))).round().long().unique().tolist() if len(buffer) else []
+        over the buffer: exact match and character error rate against the true observation.
+        The predictions stay in ``last_predictions`` (sample index → text) for the trajectory table."""
+        indices = spread_indices(len(buffer), n)
         contexts, targets = [], []
         for i in indices:
             ids, obs = buffer.input_ids[i], buffer.obs_mask[i]
@@ -284,6 +358,7 @@ class PaWModule(LightningModule):
         predicted = engine.generate_ids(contexts, temperature=0.0, seed=0, stop=None)
         self.lm.train(was_training)
         preds = [self.tokenizer.decode(p, skip_special_tokens=True).strip() for p in predicted]
+        self.last_predictions = dict(zip(indices, preds))
         if not preds:
             return {}
         return {
@@ -311,16 +386,22 @@ class PaWModule(LightningModule):
 
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Keep only trainable (LoRA) weights, and the RNG states for an exact resume."""
-        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        """Keep only the trainable (LoRA) weights and the optimizer state, both gathered and
+        keyed by name so that any world size resumes them (:mod:`paw_lightning.checkpointing`),
+        and the RNG states for an exact resume. A collective: runs on every rank."""
+        checkpoint["state_dict"] = checkpointing.trainable_state_dict(self)
+        checkpoint["trainable_parameters"] = checkpointing.trainable_names(self)
+        if "optimizer_states" in checkpoint:
+            checkpoint["optimizer_states"] = [checkpointing.optimizer_state_dict(self, opt) for opt in self.trainer.optimizers]
         name, keys, pos, has_gauss, cached = np.random.get_state()
         numpy_state = (name, keys.tolist(), pos, has_gauss, cached)  # plain types: loads with weights_only=True
         checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
-        missing = trainable - set(checkpoint.get("state_dict", {}))
+        self.checkpoint_epoch = checkpoint.get("epoch")  # names the evaluation reports of validate / test
+        # under ModelParallelStrategy the strategy has already loaded (and removed) state_dict
+        saved = checkpoint.get("trainable_parameters") or checkpoint.get("state_dict", {})
+        missing = set(checkpointing.trainable_names(self)) - set(saved)
         if missing:
             raise ValueError(
                 f"the checkpoint lacks {len(missing)} of this model's trainable weights (e.g. {sorted(missing)[0]}): "

@@ -14,6 +14,11 @@ the advantages are normalised to mean 0, std 1 over the update on this rank.
 Value loss (PPO2 style, ``value_clip`` ε_v around the scoring-pass value V_old)::
 
     L_V = ½ · mean( max((V − R)², (V_old + clip(V − V_old, −ε_v, ε_v) − R)²) )
+
+Micro-batches: with ``samples`` = the mini-batch's sample count, ``value_loss`` returns a
+micro-batch's additive share (sums divided by ``samples``); ``value/explained_variance`` is
+then the micro-batch's own value weighted by its share of the samples (a simplification: it
+equals the mini-batch's only when there is one micro-batch).
 """
 from __future__ import annotations
 
@@ -67,17 +72,20 @@ class GAE(AdvantageEstimator):
     def __call__(self, info: StepInfo) -> torch.Tensor:
         return self.advantages_and_returns(info)[0]
 
-    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> LossOutput:
+    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, samples: int | None = None) -> LossOutput:
+        """The clipped value loss of a batch; ``samples``: the whole mini-batch's sample count
+        when this batch is one micro-batch of it (default: this batch's)."""
+        n = max(samples if samples is not None else len(values), 1)
         clipped = old_values + (values - old_values).clamp(-self.value_clip, self.value_clip)
-        loss = 0.5 * torch.maximum((values - returns).square(), (clipped - returns).square()).mean()
+        loss = 0.5 * torch.maximum((values - returns).square(), (clipped - returns).square()).sum() / n
         residual_var = (returns - values.detach()).var(unbiased=False)
         explained = 1 - residual_var / returns.var(unbiased=False).clamp(min=1e-8)
         return LossOutput(
             loss=loss,
             metrics={
                 "value/loss": loss.detach(),
-                "value/explained_variance": explained,
-                "value/mean": values.detach().mean(),
-                "value/clip_frac": ((values - old_values).abs() > self.value_clip).float().mean(),
+                "value/explained_variance": explained * (len(values) / n),
+                "value/mean": values.detach().sum() / n,
+                "value/clip_frac": ((values - old_values).abs() > self.value_clip).float().sum() / n,
             },
         )

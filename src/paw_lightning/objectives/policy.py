@@ -11,11 +11,14 @@ KL estimators (Schulman, "Approximating KL divergence"), with log r = logπ_ref 
 As in verl, k3 clamps log r to [−20, 20] before the exp and the result to [−10, 10];
 outside those bounds the token gives no KL gradient.
 
-Aggregation: ``token-mean`` = sum over every action token of the batch / their number;
-``sequence-mean`` = each sample's token mean, then the mean over samples that have at
-least one action token. The batch passed in is the normaliser: callers that accumulate
-gradients over micro-batches get a per-micro-batch mean (deliberate simplification).
-Positions outside ``action_mask`` never reach the loss or its gradient (they may even
+Aggregation: ``token-mean`` = sum over every action token of the mini-batch / their
+number; ``sequence-mean`` = each sample's token mean, then the mean over samples that have
+at least one action token. Micro-batches (gradient accumulation): ``totals(…)`` of the
+whole mini-batch, passed to every micro-batch's call, makes each call return its additive
+share — sums over its own tokens divided by the mini-batch's counts — so the micro-batch
+losses (and every metric) sum to the mini-batch's values and the accumulated gradient is
+the mini-batch gradient exactly, whatever the split. Without ``totals`` the batch passed
+in is the whole mini-batch. Positions outside ``action_mask`` never reach the loss or its gradient (they may even
 hold ±inf); an empty mask gives loss 0 with a zero gradient. No dual clip (verl's
 ``clip_ratio_c``) is applied.
 """
@@ -45,16 +48,27 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KL
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: Aggregation = "token-mean") -> torch.Tensor:
-    """Masked mean of (B, T) ``values`` over the True positions of ``mask``; 0 when the mask is empty."""
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: Aggregation = "token-mean", denominator: float | None = None) -> torch.Tensor:
+    """Masked mean of (B, T) ``values`` over the True positions of ``mask``; 0 when the mask is empty.
+
+    ``denominator`` replaces the count the sum is divided by (token-mean: the action tokens;
+    sequence-mean: the samples with an action token), e.g. the count of the whole mini-batch
+    when ``values`` is one micro-batch of it (see :func:`aggregation_units`)."""
     values = torch.where(mask, values, torch.zeros_like(values))
     if mode == "token-mean":
-        return values.sum() / mask.sum().clamp(min=1)
-    if mode == "sequence-mean":
+        total = values.sum()
+    elif mode == "sequence-mean":
         counts = mask.sum(dim=-1)
-        per_sample = values.sum(dim=-1) / counts.clamp(min=1)
-        return per_sample.sum() / (counts > 0).sum().clamp(min=1)
-    raise ValueError(f"unknown aggregation {mode!r}")
+        total = (values.sum(dim=-1) / counts.clamp(min=1)).sum()
+    else:
+        raise ValueError(f"unknown aggregation {mode!r}")
+    count = aggregation_units(mask, mode) if denominator is None else denominator
+    return total / max(count, 1)
+
+
+def aggregation_units(mask: torch.Tensor, mode: Aggregation = "token-mean") -> int:
+    """What ``aggregate`` divides by: True positions (token-mean) or rows with one (sequence-mean)."""
+    return int(mask.sum()) if mode == "token-mean" else int(mask.any(dim=-1).sum())
 
 
 class PolicyObjective:
@@ -113,6 +127,18 @@ class PolicyObjective:
         """One advantage per step sample (N,), from the configured estimator."""
         return self.advantage(info)
 
+    def totals(self, advantages: torch.Tensor, action_mask: torch.Tensor) -> dict[str, float]:
+        """The mini-batch's normalisers, for calls on micro-batches of it: aggregation units
+        (``units``), action tokens (``tokens``), and the token mean and population std of the
+        advantages (data, known before any forward)."""
+        mask = action_mask.bool()
+        counts = mask.sum(dim=-1).double()
+        tokens = int(counts.sum())
+        adv = advantages.detach().double()
+        mean = float((counts * adv).sum()) / max(tokens, 1)
+        var = float((counts * (adv - mean).square()).sum()) / max(tokens, 1)
+        return {"units": aggregation_units(mask, self.aggregation), "tokens": tokens, "advantage_mean": mean, "advantage_std": var**0.5}
+
     def __call__(
         self,
         logprobs: torch.Tensor,
@@ -121,8 +147,9 @@ class PolicyObjective:
         action_mask: torch.Tensor,
         ref_logprobs: torch.Tensor | None = None,
         entropy: torch.Tensor | None = None,
+        totals: dict[str, float] | None = None,
     ) -> LossOutput:
-        """The loss of one batch.
+        """The loss of one batch (or, with ``totals``, its additive share of the mini-batch's).
 
         Args:
             logprobs: (B, T) log π_θ of the token at each position (carries the gradient).
@@ -131,6 +158,8 @@ class PolicyObjective:
             action_mask: (B, T) bool, True on response tokens.
             ref_logprobs: (B, T) log π_ref; required when ``kl_coef > 0``.
             entropy: (B, T) per-token entropy of π_θ; required when ``entropy_coef > 0``.
+            totals: ``self.totals(…)`` of the whole mini-batch this batch is part of;
+                default: of this batch.
         """
         if self.kl_coef > 0 and ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")
@@ -138,12 +167,13 @@ class PolicyObjective:
             raise ValueError("entropy_coef > 0 needs entropy")
         mask = action_mask.bool()
         zeros = torch.zeros_like(logprobs)
+        totals = totals if totals is not None else self.totals(advantages, mask)
 
         def agg(values: torch.Tensor) -> torch.Tensor:
-            return aggregate(values, mask, self.aggregation)
+            return aggregate(values, mask, self.aggregation, totals["units"])
 
         def token_mean(values: torch.Tensor) -> torch.Tensor:
-            return aggregate(values.detach(), mask, "token-mean")
+            return aggregate(values.detach(), mask, "token-mean", totals["tokens"])
 
         # Zero the log-ratio off the mask first so that ±inf there cannot make NaN gradients.
         log_ratio = torch.where(mask, logprobs - old_logprobs, zeros)
@@ -170,8 +200,7 @@ class PolicyObjective:
             loss = loss - self.entropy_coef * entropy_term
             metrics["policy/entropy"] = entropy_term.detach()
 
-        adv_tokens = adv.expand_as(logprobs)
-        adv_mean = token_mean(adv_tokens)
-        metrics["policy/advantage_mean"] = adv_mean
-        metrics["policy/advantage_std"] = token_mean((adv_tokens - adv_mean).square()).sqrt()
+        share = mask.sum().to(logprobs.dtype) / max(totals["tokens"], 1)  # of the mini-batch's action tokens
+        metrics["policy/advantage_mean"] = share * totals["advantage_mean"]
+        metrics["policy/advantage_std"] = share * totals["advantage_std"]
         return LossOutput(loss=loss, metrics=metrics)

@@ -15,6 +15,11 @@ it counts in the mean over groups of the total. ``selected`` is the entropy sele
 S_α, decided outside (over the whole update); a transition without observation tokens
 is never selected. Subclasses (clipped MAE, …) override ``transition_losses`` (and
 ``token_metrics``) only.
+
+Micro-batches (gradient accumulation): ``totals(…)`` of the whole mini-batch (its groups,
+the selected transitions per group, …), passed to every micro-batch's call, makes each call
+return its additive share: transition i contributes ``λ_g ℓ_i / (G · |S_α ∩ g|)`` with the
+mini-batch's G and counts, so the micro-batch losses and metrics sum to the mini-batch's.
 """
 from __future__ import annotations
 
@@ -50,8 +55,32 @@ class WorldModelObjective:
         return select_global_top_alpha(entropies, self.alpha)
 
     def token_metrics(self, obs_logprobs: torch.Tensor, obs_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Extra detached diagnostics over the observation tokens of the selected transitions."""
+        """Extra detached diagnostics, each a mean over the True tokens of ``obs_mask`` (the
+        observation tokens of the selected transitions)."""
         return {}
+
+    def totals(self, obs_mask: torch.Tensor, group_ids: torch.Tensor, group_weights: torch.Tensor, selected: torch.Tensor | None = None) -> dict:
+        """The mini-batch's normalisers, for calls on micro-batches of it: its sorted group ids
+        and selected transitions per group (tensors), number of groups, selected transitions,
+        samples, selected observation tokens, and the mean λ over its groups."""
+        mask = obs_mask.bool()
+        selected = self._selected(mask, selected)
+        ids, groups = torch.unique(group_ids, return_inverse=True)
+        lambdas = torch.zeros(len(ids), dtype=torch.float64, device=group_ids.device).scatter(0, groups, group_weights.double())
+        return {
+            "group_ids": ids,
+            "group_selected": torch.bincount(groups[selected], minlength=len(ids)),
+            "groups": len(ids),
+            "selected": int(selected.sum()),
+            "samples": len(group_ids),
+            "selected_obs_tokens": int((mask & selected[:, None]).sum()),
+            "lambda_mean": float(lambdas.mean()) if len(ids) else 0.0,
+        }
+
+    @staticmethod
+    def _selected(obs_mask: torch.Tensor, selected: torch.Tensor | None) -> torch.Tensor:
+        has_obs = obs_mask.any(dim=-1)
+        return has_obs if selected is None else selected.bool() & has_obs
 
     def transition_losses(self, obs_logprobs: torch.Tensor, obs_mask: torch.Tensor) -> torch.Tensor:
         """ℓ_i = −Σ_t m_t log p_t / |o_{t+1}| per transition, shape (B,); 0 for a row without obs tokens."""
@@ -66,8 +95,9 @@ class WorldModelObjective:
         group_ids: torch.Tensor,
         group_weights: torch.Tensor,
         selected: torch.Tensor | None = None,
+        totals: dict | None = None,
     ) -> LossOutput:
-        """The world-model loss of one batch.
+        """The world-model loss of one batch (or, with ``totals``, its additive share of the mini-batch's).
 
         Args:
             obs_logprobs: (B, T) log-probability of the token at each position (carries the gradient).
@@ -75,28 +105,29 @@ class WorldModelObjective:
             group_ids: (B,) task group of each transition.
             group_weights: (B,) λ of each transition's group (one value per group).
             selected: (B,) bool, the transitions in S_α; default all.
+            totals: ``self.totals(…)`` of the whole mini-batch this batch is part of;
+                default: of this batch.
         """
         mask = obs_mask.bool()
-        has_obs = mask.any(dim=-1)
-        selected = has_obs if selected is None else selected.bool() & has_obs
+        selected = self._selected(mask, selected)
+        totals = totals if totals is not None else self.totals(mask, group_ids, group_weights, selected)
         losses = self.transition_losses(obs_logprobs, mask)
         losses = torch.where(selected, losses, torch.zeros_like(losses))
 
-        _, groups = torch.unique(group_ids, return_inverse=True)
-        num_groups = int(groups.max()) + 1 if groups.numel() else 0
-        sums = losses.new_zeros(num_groups).index_add(0, groups, losses)
-        counts = torch.bincount(groups[selected], minlength=num_groups).to(losses.dtype)
-        lambdas = losses.new_zeros(num_groups).scatter(0, groups, group_weights.to(losses.dtype))
-        group_means = sums / counts.clamp(min=1)  # 0 for a group with no selected transition
-        loss = (lambdas * group_means).sum() / max(num_groups, 1)
+        # λ_g / (G · |S_α ∩ g|) per transition: a group with no selected transition has no term
+        per_group = totals["group_selected"][torch.searchsorted(totals["group_ids"], group_ids)]
+        weights = group_weights.to(losses.dtype) / per_group.clamp(min=1).to(losses.dtype) / max(totals["groups"], 1)
+        loss = (weights * losses).sum()
 
-        num_selected = selected.sum()
+        selected_tokens = mask & selected[:, None]
+        token_share = selected_tokens.sum().to(losses.dtype) / max(totals["selected_obs_tokens"], 1)
+        sample_share = len(group_ids) / max(totals["samples"], 1)
         metrics = {
-            **self.token_metrics(obs_logprobs.detach(), mask & selected[:, None]),
-            "wm/loss": (losses.sum() / num_selected.clamp(min=1)).detach(),
+            **{k: v * token_share for k, v in self.token_metrics(obs_logprobs.detach(), selected_tokens).items()},
+            "wm/loss": (losses.sum() / max(totals["selected"], 1)).detach(),
             "wm/weighted_loss": loss.detach(),
-            "wm/selected_fraction": num_selected.to(losses.dtype) / max(selected.numel(), 1),
-            "wm/lambda_mean": lambdas.mean().detach() if num_groups else losses.new_zeros(()),
+            "wm/selected_fraction": selected.sum().to(losses.dtype) / max(totals["samples"], 1),
+            "wm/lambda_mean": losses.new_tensor(sample_share * totals["lambda_mean"]),
         }
         return LossOutput(loss=loss, metrics=metrics)
 

@@ -136,3 +136,12 @@ def build_buffer(trajectories: list[Trajectory], tokenizer: PreTrainedTokenizerB
         anchor_obs=anchors,
     )
     return RolloutBuffer(input_ids, action_mask, obs_mask, torch.tensor(prompt_lengths, dtype=torch.long), info, trajectories)
+
+
+def spread_indices(length: int, n: int) -> list[int]:
+    """Up to ``n`` sample indices spread evenly over ``[0, length)`` (first and last included):
+    the transitions whose next observation validation predicts free-running, and the rows of
+    the MLflow trajectory table."""
+    if length <= 0 or n <= 0:
+        return []
+    return torch.linspace(0, length - 1, min(n, length)).round().long().unique().tolist()

@@ -1,0 +1,194 @@
+"""MLflow run contents beyond the metrics: trajectory tables, the LoRA adapter, system metrics,
+and the run id inside checkpoints (so a resumed ``fit`` continues the same run).
+
+:class:`MLflowTracking` is always on (the CLI's ``mlflow:`` section); each part can be
+switched off: ``--mlflow.trajectory_rows=0``, ``--mlflow.log_adapter=false``,
+``--mlflow.system_metrics=false``. Without an MLflow logger the table and the artifacts are
+skipped (the adapter is still written under the run directory) and system metrics go to
+whatever loggers the trainer has.
+
+What it records, and the simplifications:
+- after every validation / test, ``trajectory_rows`` transitions of rank 0's episodes, spread
+  evenly over them (:func:`~paw_lightning.rollout.samples.spread_indices`, the same
+  transitions whose next observation the module predicts when ``model.wm_eval_samples``
+  equals ``trajectory_rows``), as the MLflow table ``trajectories/<split>_epoch<E>.json``
+  (``<split>_base.json`` for the untrained model)
+  with columns group, episode, step, prompt, response, action, observation, reward,
+  next_observation and predicted_next_observation (null where no prediction was made);
+- at the end of ``fit``, the trainable LoRA weights gathered in full (FSDP2 shards are
+  all-gathered: a collective every rank takes part in), written by rank 0 with peft's ``save_pretrained``
+  to ``<run dir>/adapter`` and logged as the ``adapter`` artifact; it loads with
+  ``PeftModel.from_pretrained(base_model, dir)``. A PPO value head is not part of it;
+- ``system/*`` on rank 0 at the end of every training epoch (and after a stand-alone
+  validate / test): system-wide and process CPU %, process and worker RSS, peak RSS,
+  system memory %, and CUDA memory allocated / reserved when a GPU is used (the peak is
+  ``train/memory/peak_gib``); step = epoch;
+- ``mlflow_run_id`` in every checkpoint (rank 0's value, the one that is saved).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.loggers import MLFlowLogger
+
+from paw_lightning.checkpointing import trainable_state_dict
+from paw_lightning.memory import peak_rss_gib
+from paw_lightning.rollout.samples import spread_indices
+
+RUN_ID_KEY = "mlflow_run_id"
+
+
+def mlflow_logger(trainer) -> MLFlowLogger | None:
+    return next((lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)), None)
+
+
+def run_directory(trainer) -> Path:
+    """This run's local directory (rank 0 only): ``<save_dir or default_root_dir>/<experiment
+    id>/<run id>`` with an MLflow logger — where ModelCheckpoint puts ``checkpoints/`` —
+    else ``default_root_dir``."""
+    logger = mlflow_logger(trainer)
+    root = Path(trainer.default_root_dir)
+    if logger is None:
+        return root
+    return Path(logger.save_dir or root) / str(logger.experiment_id) / str(logger.run_id)
+
+
+def evaluated_epoch(trainer, pl_module) -> int | None:
+    """The training epoch of the weights being evaluated: the current epoch inside ``fit``, the
+    checkpoint's epoch for ``validate``/``test --ckpt_path``, ``None`` for the base model."""
+    if trainer.state.fn == "fit":
+        return trainer.current_epoch
+    return getattr(pl_module, "checkpoint_epoch", None) if trainer.ckpt_path is not None else None
+
+
+def epoch_label(trainer, pl_module) -> str:
+    """``epoch<E>`` (see :func:`evaluated_epoch`), or ``base`` for the untrained model."""
+    epoch = evaluated_epoch(trainer, pl_module)
+    return "base" if epoch is None else f"epoch{epoch}"
+
+
+def trajectory_rows(buffer, tokenizer, predictions: dict[int, str], n: int) -> dict[str, list]:
+    """Columns of the trajectory table for ``n`` transitions spread over ``buffer`` (step samples
+    in trajectory order)."""
+    transitions = [(traj, t, step) for traj in buffer.trajectories for t, step in enumerate(traj.steps)]
+    columns = {name: [] for name in ("group", "episode", "step", "prompt", "response", "action", "observation", "reward", "next_observation", "predicted_next_observation")}
+    for i in spread_indices(len(transitions), n):
+        traj, t, step = transitions[i]
+        row = {
+            "group": traj.group_id,
+            "episode": traj.traj_id,
+            "step": t,
+            "prompt": tokenizer.decode(step.prompt_ids),
+            "response": step.response,
+            "action": step.action,
+            "observation": step.observation,
+            "reward": step.reward,
+            "next_observation": step.next_observation,
+            "predicted_next_observation": predictions.get(i),
+        }
+        for name, value in row.items():
+            columns[name].append(value)
+    return columns
+
+
+def save_adapter(model, state: dict[str, torch.Tensor], directory: Path) -> Path:
+    """Write the LoRA adapter of the peft ``model`` with the given (full) weights."""
+    model.save_pretrained(str(directory), state_dict=state, save_embedding_layers=False)
+    return directory
+
+
+def system_metrics(process: psutil.Process) -> dict[str, float]:
+    """One reading; CPU percentages are averages since the previous reading (100 = one core
+    for the process)."""
+    gib = 2**30
+    children = process.children(recursive=True)
+    children_rss = 0
+    for child in children:
+        try:
+            children_rss += child.memory_info().rss
+        except psutil.Error:  # a worker that just exited
+            pass
+    metrics = {
+        "system/cpu_percent": psutil.cpu_percent(interval=None),
+        "system/process_cpu_percent": process.cpu_percent(interval=None),
+        "system/rss_gib": process.memory_info().rss / gib,
+        "system/children_rss_gib": children_rss / gib,
+        "system/peak_rss_gib": peak_rss_gib(),
+        "system/memory_percent": psutil.virtual_memory().percent,
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        metrics["system/gpu_memory_allocated_gib"] = torch.cuda.memory_allocated() / gib
+        metrics["system/gpu_memory_reserved_gib"] = torch.cuda.memory_reserved() / gib
+    return metrics
+
+
+class MLflowTracking(Callback):
+    """Args:
+    trajectory_rows: transitions per validation / test in the MLflow trajectory table (0: no table).
+    log_adapter: save the final LoRA adapter (peft format) and log it as the ``adapter`` artifact.
+    system_metrics: log ``system/*`` (CPU, memory, GPU memory) from rank 0 every epoch.
+    """
+
+    def __init__(self, trajectory_rows: int = 8, log_adapter: bool = True, system_metrics: bool = True):
+        if trajectory_rows < 0:
+            raise ValueError(f"mlflow.trajectory_rows must be >= 0 (got {trajectory_rows}); 0 turns the table off")
+        self.trajectory_rows, self.log_adapter, self.system_metrics = trajectory_rows, log_adapter, system_metrics
+        self.adapter_dir: Path | None = None  # where the last fit wrote its adapter (rank 0)
+        self._process: psutil.Process | None = None
+
+    # ------------------------------------------------------------- run id
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        logger = mlflow_logger(trainer)
+        if logger is not None and trainer.is_global_zero:
+            checkpoint[RUN_ID_KEY] = logger.run_id
+
+    # ----------------------------------------------------- system metrics
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.system_metrics and trainer.is_global_zero:
+            self._process = psutil.Process()
+            self._process.cpu_percent(interval=None)  # start both CPU averages now
+            psutil.cpu_percent(interval=None)
+
+    def _log_system(self, trainer) -> None:
+        if self._process is None or not trainer.is_global_zero:
+            return
+        metrics = system_metrics(self._process)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._log_system(trainer)
+
+    # ------------------------------------------------- trajectory tables
+    def _log_table(self, trainer, pl_module, split: str) -> None:
+        logger = mlflow_logger(trainer)
+        buffer = getattr(trainer.datamodule, "eval_rollouts", {}).get(split)
+        if logger is None or buffer is None or self.trajectory_rows == 0 or not trainer.is_global_zero or trainer.sanity_checking:
+            return
+        columns = trajectory_rows(buffer, pl_module.tokenizer, pl_module.last_predictions, self.trajectory_rows)
+        if columns["prompt"]:
+            logger.experiment.log_table(logger.run_id, columns, f"trajectories/{split}_{epoch_label(trainer, pl_module)}.json")
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._log_table(trainer, pl_module, "val")
+        if trainer.state.fn != "fit":
+            self._log_system(trainer)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._log_table(trainer, pl_module, "test")
+        self._log_system(trainer)
+
+    # ------------------------------------------------------------ adapter
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if not self.log_adapter or pl_module.lm is None:
+            return
+        state = trainable_state_dict(pl_module.lm)  # every rank: FSDP2 all-gathers
+        if not trainer.is_global_zero:
+            return
+        self.adapter_dir = save_adapter(pl_module.lm, state, run_directory(trainer) / "adapter")
+        logger = mlflow_logger(trainer)
+        if logger is not None:
+            logger.experiment.log_artifacts(logger.run_id, str(self.adapter_dir), "adapter")

@@ -1,0 +1,66 @@
+"""Token-budget micro-batches of one mini-batch, for gradient accumulation.
+
+A mini-batch (one optimizer step) is cut into micro-batches whose padded size — rows × the
+longest row — stays within ``max_tokens``, so activation memory is bounded by tokens, not
+by a sample count. Padding is kept small by length bucketing: the samples are sorted by
+length (longest first) and packed greedily in that order, so samples of similar length
+share a micro-batch, and each micro-batch is trimmed to its own longest sample. A sample
+longer than the budget gets a micro-batch of its own.
+
+The split changes nothing in the maths: the objectives take the normalisers of the whole
+mini-batch (``PolicyObjective.totals``, ``WorldModelObjective.totals``), so the micro-batch
+losses sum to the mini-batch loss and the accumulated gradient is the mini-batch gradient
+(up to floating-point summation order).
+
+Collectives: under FSDP2 or DDP every rank must run as many forward/backward passes as its
+peers, so ``PaWModule.training_step`` lets a rank with fewer micro-batches repeat its last
+one with weight 0.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def split_by_tokens(lengths: list[int], max_tokens: int | None) -> list[list[int]]:
+    """Row indices of each micro-batch: rows sorted by length (longest first, ties by index)
+    and packed greedily while ``rows × longest ≤ max_tokens``; ``None``: one micro-batch of
+    every row in its original order."""
+    if max_tokens is None:
+        return [list(range(len(lengths)))] if lengths else []
+    if max_tokens < 1:
+        raise ValueError(f"micro_batch_tokens must be at least 1 (got {max_tokens})")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    chunks: list[list[int]] = []
+    for i in order:
+        if chunks and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= max_tokens:
+            chunks[-1].append(i)  # the chunk's first row is its longest
+        else:
+            chunks.append([i])
+    return chunks
+
+
+def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
+    """The sub-batch of ``rows`` of a right-padded collated batch (``RolloutBuffer.collate``),
+    trimmed to its longest row, with ``keep_from`` (the shortest prompt) recomputed."""
+    size, width = batch["input_ids"].shape
+    index = torch.tensor(rows, dtype=torch.long, device=batch["input_ids"].device)
+    keep = int(batch["attention_mask"][index].sum(dim=-1).max())
+    out = {}
+    for key, value in batch.items():
+        if key == "keep_from":
+            continue
+        if value.dim() >= 1 and value.shape[0] == size:
+            value = value[index]
+            if value.dim() >= 2 and value.shape[1] == width:
+                value = value[:, :keep]
+        out[key] = value
+    out["keep_from"] = batch["prompt_lengths"][index].min().reshape(1) if "prompt_lengths" in batch else batch["keep_from"]
+    return out
+
+
+def micro_batches(batch: dict[str, torch.Tensor], max_tokens: int | None) -> list[dict[str, torch.Tensor]]:
+    """The micro-batches of a collated mini-batch under a token budget (``None``: the batch itself)."""
+    if max_tokens is None:
+        return [batch]
+    lengths = batch["attention_mask"].sum(dim=-1).tolist()
+    return [take_rows(batch, rows) for rows in split_by_tokens(lengths, max_tokens)]
