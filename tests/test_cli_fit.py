@@ -2,15 +2,27 @@
 from __future__ import annotations
 
 import torch
+from lightning.pytorch import Callback
 
 from paw_lightning.cli import PawCLI, main
 
 from helpers import ROOT, metric_history, mlflow_runs, tiny_args
 
 
+class ProgressBarMetrics(Callback):
+    """Keeps what the progress bar would show at the end of the last validation."""
+
+    metrics: dict = {}
+
+    def on_validation_end(self, trainer, pl_module):
+        self.metrics = dict(trainer.progress_bar_metrics)
+
+
 def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = PawCLI(args=[*tiny_args(tiny_model_dir, tmp_path)], run=False)
+    seen = ProgressBarMetrics()
+    cli.trainer.callbacks.append(seen)
     cli.trainer.fit(cli.model, cli.datamodule)  # what `main(["fit", …])` runs, keeping the objects
     before_cli = PawCLI(args=[*tiny_args(tiny_model_dir, tmp_path)], run=False)
     before_cli.model.configure_model()
@@ -36,6 +48,11 @@ def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monke
     assert "paw_lightning.objectives.ClippedMAE" in open(config).read()
     assert run.data.params["seed"] == "0"
     assert run.data.tags["env"] == "frozenlake" and run.data.tags["git_sha"]
+    # the progress bar shows the latest success and return of training and validation; not in MLflow twice
+    bar = seen.metrics
+    assert {"train_success", "train_return", "val_success", "val_return"} <= set(bar), bar
+    assert bar["val_success"] == run.data.metrics["val/episode/success_rate"]
+    assert "train_success" not in run.data.metrics
 
 
 def test_world_model_loss_falls_when_trained_alone(tiny_model_dir, tmp_path, monkeypatch):

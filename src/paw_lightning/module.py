@@ -383,6 +383,9 @@ class PaWModule(LightningModule):
         metrics = getattr(datamodule, "episode_metrics", {}).get(split)
         if metrics:
             self.log_dict({f"{split}/episode/{k}": float(v) for k, v in metrics.items()}, sync_dist=True)
+            # the progress bar shows the latest success rate and return (not logged twice)
+            bar = {f"{split}_success": metrics["success_rate"], f"{split}_return": metrics["return_mean"]}
+            self.log_dict({k: float(v) for k, v in bar.items()}, prog_bar=True, logger=False, sync_dist=True)
 
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
