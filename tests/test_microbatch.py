@@ -45,8 +45,8 @@ def test_take_rows_trims_padding_and_recomputes_keep_from():
 def _module(model_dir, aggregation: str) -> PaWModule:
     policy = PolicyObjective(advantage=GRPO(), kl_coef=0.05, entropy_coef=0.01, aggregation=aggregation)
     module = PaWModule(lm=LMConfig(name_or_path=str(model_dir), lora_r=4), policy_objective=policy, world_model_objective=ClippedMAE(rho=0.9, alpha=0.75), score_batch_size=16)
+    torch.manual_seed(0)  # LoRA A is drawn in configure_model
     module.configure_model()
-    torch.manual_seed(0)
     with torch.no_grad():  # a non-zero adapter: π_θ differs from the reference
         for name, p in module.lm.named_parameters():
             if "lora_B" in name:
@@ -108,7 +108,7 @@ def test_gradients_and_losses_do_not_depend_on_the_split(tiny_model_dir, aggrega
         n, grads, metrics = _accumulate(module, batch, _budget_for(lengths, n_parts))
         assert n == n_parts
         for name, grad in grads.items():
-            torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-7, msg=name)
+            torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)  # float32 sums in another order; gradients are ~0.1
         assert metrics.keys() == expected.keys()
         for key in ("loss", "policy/loss", "policy/kl", "policy/entropy", "wm/loss", "wm/weighted_loss", "wm/clipped_ratio",
                     "wm/selected_fraction", "wm/lambda_mean", "policy/advantage_mean", "policy/advantage_std", "policy/clip_frac"):

@@ -194,6 +194,7 @@ class PaWModule(LightningModule):
             return
         entropies = buffer.action_entropy[wm.entropy]
         buffer.wm_selected = wm.select(entropies)
+        buffer.drop_world_model_segments(~buffer.wm_selected)  # their WM term is 0: no observation tokens to forward
         if entropies.numel():
             quantiles = torch.quantile(entropies.float(), torch.tensor([0.1, 0.5, 0.9]))
             self.update_metrics.update({
@@ -211,6 +212,7 @@ class PaWModule(LightningModule):
         number of forwards (FSDP2 collectives)."""
         was_training = self.lm.training
         self.lm.eval()
+        view = buffer.policy_view()  # no world-model segment: π_old, π_ref and entropies are read on actions only
         chunks = [list(range(i, min(i + self.score_batch_size, len(buffer)))) for i in range(0, len(buffer), self.score_batch_size)]
         n_forwards = distributed.max_across_ranks(len(chunks))
         old, ref, values, entropy = [], [], [], {"full": [], "sampled": []}
@@ -222,7 +224,7 @@ class PaWModule(LightningModule):
                         self.token_outputs(self._dummy_batch())
                 continue
             indices = chunks[k]
-            batch = {key: v.to(self.device) for key, v in buffer.collate(indices).items()}
+            batch = {key: v.to(self.device) for key, v in view.collate(indices).items()}
             outputs = self.token_outputs(batch, entropy=True)
             ref_lp = None
             if self.policy_objective.needs_reference:
@@ -233,7 +235,7 @@ class PaWModule(LightningModule):
             for name in entropy:
                 entropy[name].append(transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu())
             for row, i in enumerate(indices):
-                n = buffer.input_ids[i].numel()
+                n = view.input_ids[i].numel()
                 old.append(outputs["logprobs"][row, :n].cpu())
                 if ref_lp is not None:
                     ref.append(ref_lp[row, :n].cpu())

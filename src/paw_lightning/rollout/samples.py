@@ -10,7 +10,7 @@ kept length (a deliberate simplification).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -51,8 +51,9 @@ class RolloutBuffer:
     """The step samples of one update on this rank, plus what the scoring pass adds.
 
     Per-sample token tensors are unpadded 1-D; ``collate`` right-pads a mini-batch.
-    ``old_logprobs``/``ref_logprobs`` are aligned with ``input_ids``
-    (position t holds the value for token t given tokens < t; position 0 is 0).
+    ``old_logprobs``/``ref_logprobs`` are aligned with ``input_ids`` (position t holds the
+    value for token t given tokens < t; position 0 is 0) and cover ``[prompt][response]``
+    only: the scoring pass runs on :meth:`policy_view`.
     """
 
     input_ids: list[torch.Tensor]
@@ -70,6 +71,33 @@ class RolloutBuffer:
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def policy_lengths(self) -> list[int]:
+        """Tokens of ``[prompt][response]`` per sample: where the world-model segment starts."""
+        return [int(n) + int(m.sum()) for n, m in zip(self.prompt_lengths, self.action_mask)]
+
+    def policy_view(self) -> RolloutBuffer:
+        """The same samples cut after the response (``[prompt][response]``, no observation
+        tokens). Under causal attention every action position's log-prob is the one of the
+        full sample, so the scoring pass runs on this view: π_old and π_ref are needed on
+        the action tokens only, and the world-model segment would only cost compute."""
+        ends = self.policy_lengths()
+        cut = lambda seqs: [x[:e] for x, e in zip(seqs, ends)]  # noqa: E731
+        return replace(self, input_ids=cut(self.input_ids), action_mask=cut(self.action_mask), obs_mask=cut(self.obs_mask))
+
+    def drop_world_model_segments(self, rows: torch.Tensor) -> None:
+        """Cut the world-model segment of the samples where ``rows`` (bool, one per sample) is
+        True, in place. Used for the transitions outside S_α: their world-model term is 0, so
+        their observation tokens would only cost compute in every training forward. The
+        policy loss is unchanged (causality), and so is every world-model value and metric
+        (they read selected transitions only)."""
+        ends = self.policy_lengths()
+        for i in rows.nonzero().flatten().tolist():
+            e = ends[i]
+            self.input_ids[i], self.action_mask[i], self.obs_mask[i] = self.input_ids[i][:e], self.action_mask[i][:e], self.obs_mask[i][:e]
+            for values in (self.old_logprobs, self.ref_logprobs):
+                if values:
+                    values[i] = values[i][:e]
 
     def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
         """Right-padded mini-batch of the given samples."""
