@@ -6,18 +6,24 @@ Both variants train on the *same* rollout (collected once with the config's sett
 - ``paw``:     samples ``[prompt][response][next observation]``, policy loss + clipped MAE
                on the top-α entropy transitions, reward-adaptive λ.
 
-Time: the optimisation pass over all mini-batches (forward, backward, optimizer step),
-from the same LoRA and optimizer state, the two variants alternated ``--repeats`` times in
-one process; the median of each and their ratio are printed. The paper reports 1.021×
-per step on GPUs.
+Time: one whole update — the scoring pass (π_old, π_ref when the config's KL coefficient
+is > 0, action entropies, the selection S_α) and the optimisation pass over all
+mini-batches (forward, backward, optimizer step) — from the same LoRA and optimizer state,
+the two variants alternated ``--repeats`` times in one process; the median of each and
+their ratio are printed. The paper reports 1.021× per step on GPUs.
 
-Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` of each variant's pass in this
+Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` of each variant's update in this
 process. On CPU, each variant runs in its own child process on the saved rollout, and
-the growth of peak RSS during the pass (peak − RSS before it) is compared.
+the growth of peak RSS during the update (peak − RSS before it) is compared.
+
+``--warmup N`` first fits the policy on N expert episodes (the BC warm-up of
+``configs/alfworld.yaml``) so the rollout is a format-following policy's: the untrained
+embedded model's invalid actions get one-line observations ("Nothing happens."), which
+understates the world-model segment.
 
     python benchmarks/wm_overhead.py                      # embedded model, configs/frozenlake.yaml
+    python benchmarks/wm_overhead.py --config configs/alfworld.yaml --warmup 8 --max-steps 3
     python benchmarks/wm_overhead.py --model /path/to/model --repeats 5
-    python benchmarks/wm_overhead.py --groups 1 --group-size 4 --max-steps 2   # a smaller rollout (CPU)
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 warnings.filterwarnings("ignore")
@@ -39,7 +46,7 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from paw_lightning.callbacks import RewardAdaptiveLambda  # noqa: E402
+from paw_lightning.callbacks import BehaviourCloningWarmup, RewardAdaptiveLambda  # noqa: E402
 from paw_lightning.envs import EnvPool, make_env_factory  # noqa: E402
 from paw_lightning.model import LMConfig  # noqa: E402
 from paw_lightning.module import PaWModule  # noqa: E402
@@ -52,19 +59,35 @@ from paw_lightning.rollout.samples import build_buffer  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def data_settings(config: Path) -> dict:
-    return yaml.safe_load(config.read_text())["data"]
+def settings(config: Path) -> dict:
+    """The config's data section, plus its KL coefficient and R_max (defaults 0.01 and the env's)."""
+    raw = yaml.safe_load(config.read_text())
+    data = dict(raw["data"])
+    policy = ((raw.get("model") or {}).get("policy_objective") or {}).get("init_args") or {}
+    balancer = (raw.get("balancer") or {}).get("init_args") or {}
+    data["kl_coef"] = policy.get("kl_coef", 0.01)
+    data["r_max"] = balancer.get("r_max")
+    return data
 
 
-def make_module(model: str, device: torch.device) -> PaWModule:
-    module = PaWModule(lm=LMConfig(name_or_path=model), policy_objective=PolicyObjective(kl_coef=0.01), world_model_objective=ClippedMAE())
+def make_module(model: str, device: torch.device, kl_coef: float) -> PaWModule:
+    module = PaWModule(lm=LMConfig(name_or_path=model), policy_objective=PolicyObjective(kl_coef=kl_coef), world_model_objective=ClippedMAE())
     module.configure_model()
     return module.to(device)
 
 
+def env_factory(data: dict):
+    return make_env_factory(data["env"], **(data.get("env_kwargs") or {}))
+
+
+def warm_up(module: PaWModule, data: dict, episodes: int) -> None:
+    """The BC warm-up on ``episodes`` expert episodes (2 epochs, batch 2)."""
+    datamodule = SimpleNamespace(env_name=data["env"], history_length=data["history_length"], env_factory=env_factory(data), max_steps=data["max_steps"], progress=False)
+    BehaviourCloningWarmup(demonstrations=episodes, epochs=2, batch_size=2, progress=False).warm_up(module, datamodule)
+
+
 def collect(module: PaWModule, data: dict):
-    env_factory = make_env_factory(data["env"], **(data.get("env_kwargs") or {}))
-    with EnvPool(env_factory, data["groups"] * data["group_size"]) as pool:
+    with EnvPool(env_factory(data), data["groups"] * data["group_size"]) as pool:
         engine = GenerationEngine(module.lm, module.tokenizer, data["max_new_tokens"])
         collector = Collector(pool, engine, PromptBuilder(data["env"], data["history_length"]), data["max_steps"], -0.1)
         module.lm.eval()
@@ -73,35 +96,27 @@ def collect(module: PaWModule, data: dict):
     return trajectories
 
 
-def prepare(module: PaWModule, trajectories, variant: str):
-    """The variant's buffer after the scoring pass, with λ set; returns (buffer, mini-batches)."""
+def update(module: PaWModule, trajectories, variant: str, data: dict, start_state: dict) -> tuple[float, int]:
+    """One whole update from ``start_state``: buffer, scoring pass, selection, optimisation.
+    Returns its wall time in seconds and the tokens of its training forwards."""
     paw = variant == "paw"
-    module.world_model_objective = ClippedMAE() if paw else None
-    buffer = build_buffer(trajectories, module.tokenizer, world_model=paw)
-    module.prepare_update(buffer)
-    module.wm_lambda = RewardAdaptiveLambda(r_max=1.0).lambdas(trajectories)
-    return buffer
-
-
-def optimise(module: PaWModule, buffer, variant: str, batches: list[list[int]], start_state: dict) -> float:
-    """One optimisation pass from ``start_state``; returns its wall time in seconds."""
-    module.world_model_objective = ClippedMAE() if variant == "paw" else None
     module.load_state_dict(start_state, strict=False)
+    module.world_model_objective = ClippedMAE() if paw else None
     optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-5)
     device = next(module.parameters()).device
     start = time.perf_counter()
-    for i, indices in enumerate(batches):
-        batch = {k: v.to(device) for k, v in buffer.collate(indices).items()}
+    buffer = build_buffer(trajectories, module.tokenizer, world_model=paw)
+    module.prepare_update(buffer)  # scoring pass, advantages, S_α (PaW: unselected transitions lose their observation)
+    module.wm_lambda = RewardAdaptiveLambda(r_max=data["r_max"]).lambdas(trajectories)
+    size = data["mini_batch_size"]
+    for i in range(0, len(buffer), size):
+        batch = {k: v.to(device) for k, v in buffer.collate(list(range(i, min(i + size, len(buffer))))).items()}
         module.compute_loss(batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def mini_batches(n: int, size: int) -> list[list[int]]:
-    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+    return time.perf_counter() - start, sum(x.numel() for x in buffer.input_ids)
 
 
 def rss_bytes() -> int:
@@ -110,14 +125,11 @@ def rss_bytes() -> int:
 
 
 def child(args) -> None:
-    """CPU memory: one variant's pass in a fresh process; prints the peak RSS growth."""
-    torch.manual_seed(0)
-    module = make_module(args.model, torch.device("cpu"))
-    trajectories = torch.load(args.child_trajectories, weights_only=False)
-    buffer = prepare(module, trajectories, args.child)
-    state = {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
+    """CPU memory: one variant's update in a fresh process; prints the peak RSS growth."""
+    saved = torch.load(args.child_state, weights_only=False)
+    module = make_module(args.model, torch.device("cpu"), saved["data"]["kl_coef"])
     before = rss_bytes()
-    optimise(module, buffer, args.child, mini_batches(len(buffer), args.mini_batch_size), state)
+    update(module, saved["trajectories"], args.child, saved["data"], saved["lora"])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"growth": max(peak - before, 0), "peak": peak}))
 
@@ -127,57 +139,58 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=ROOT / "configs/frozenlake.yaml")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=0, help="expert episodes of a BC warm-up before the rollout (0: none)")
     parser.add_argument("--groups", type=int, help="override data.groups of the config")
     parser.add_argument("--group-size", type=int, help="override data.group_size")
     parser.add_argument("--max-steps", type=int, help="override data.max_steps")
     parser.add_argument("--child", choices=["vanilla", "paw"], help=argparse.SUPPRESS)
-    parser.add_argument("--child-trajectories", help=argparse.SUPPRESS)
-    parser.add_argument("--mini-batch-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-state", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
 
-    data = data_settings(args.config)
+    data = settings(args.config)
     overrides = {"groups": args.groups, "group_size": args.group_size, "max_steps": args.max_steps}
     data.update({k: v for k, v in overrides.items() if v is not None})
+    if data["r_max"] is None:
+        data["r_max"] = env_factory(data)().max_return
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    module = make_module(args.model, device)
+    module = make_module(args.model, device, data["kl_coef"])
+    if args.warmup:
+        warm_up(module, data, args.warmup)
     trajectories = collect(module, data)
-    buffers = {v: prepare(module, trajectories, v) for v in ("vanilla", "paw")}
-    batches = mini_batches(len(buffers["paw"]), data["mini_batch_size"])
     state = {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
-    tokens = {v: sum(x.numel() for x in b.input_ids) for v, b in buffers.items()}
-    print(f"rollout: {len(trajectories)} episodes, {len(buffers['paw'])} transitions, {len(batches)} mini-batches; "
-          f"tokens per pass: vanilla {tokens['vanilla']}, paw {tokens['paw']} ({tokens['paw'] / tokens['vanilla']:.3f}x)")
+    obs_tokens = [len(module.tokenizer.encode(s.next_observation, add_special_tokens=False)) for t in trajectories for s in t.steps]
+    print(f"rollout: {len(trajectories)} episodes, {len(obs_tokens)} transitions, observations of {statistics.mean(obs_tokens):.0f} tokens "
+          f"on average (min {min(obs_tokens)}, max {max(obs_tokens)}), {sum(s.reward for t in trajectories for s in t.steps):.1f} total reward")
 
-    times = {"vanilla": [], "paw": []}
-    peaks = {}
-    optimise(module, buffers["vanilla"], "vanilla", batches, state)  # warm-up
+    times, tokens, peaks = {"vanilla": [], "paw": []}, {}, {}
+    update(module, trajectories, "vanilla", data, state)  # warm-up
     for _ in range(args.repeats):
         for variant in ("vanilla", "paw"):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            times[variant].append(optimise(module, buffers[variant], variant, batches, state))
+            seconds, tokens[variant] = update(module, trajectories, variant, data, state)
+            times[variant].append(seconds)
             if device.type == "cuda":
                 peaks[variant] = torch.cuda.max_memory_allocated()
     if device.type != "cuda":
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "trajectories.pt"
-            torch.save(trajectories, path)
+            path = Path(tmp) / "update.pt"
+            torch.save({"trajectories": trajectories, "lora": state, "data": data}, path)
             for variant in ("vanilla", "paw"):
-                out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", variant, "--child-trajectories", str(path),
-                                      "--mini-batch-size", str(data["mini_batch_size"])], capture_output=True, text=True, check=True)
+                out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", variant, "--child-state", str(path)], capture_output=True, text=True, check=True)
                 peaks[variant] = json.loads(out.stdout.strip().splitlines()[-1])["growth"]
 
     median = {v: statistics.median(t) for v, t in times.items()}
-    kind = "peak CUDA memory" if device.type == "cuda" else "peak RSS growth during the pass"
-    print(f"\n{'variant':<10}{'median s':>10}{'runs (s)':>28}{kind:>36}")
+    kind = "peak CUDA memory" if device.type == "cuda" else "peak RSS growth"
+    print(f"\n{'variant':<10}{'tokens':>8}{'median s':>10}{'runs (s)':>28}{kind:>20}")
     for v in ("vanilla", "paw"):
         runs = ", ".join(f"{t:.2f}" for t in times[v])
-        print(f"{v:<10}{median[v]:>10.2f}{runs:>28}{peaks[v] / 2**20:>33.0f} MiB")
-    print(f"\nPaW / vanilla: time {median['paw'] / median['vanilla']:.3f}x, memory {peaks['paw'] / max(peaks['vanilla'], 1):.3f}x "
-          f"(device: {device.type}; paper: 1.021x time, 1.024x memory on GPUs)")
+        print(f"{v:<10}{tokens[v]:>8}{median[v]:>10.2f}{runs:>28}{peaks[v] / 2**20:>16.0f} MiB")
+    print(f"\nPaW / vanilla: training tokens {tokens['paw'] / tokens['vanilla']:.3f}x, time {median['paw'] / median['vanilla']:.3f}x, "
+          f"memory {peaks['paw'] / max(peaks['vanilla'], 1):.3f}x (device: {device.type}; paper: 1.021x time, 1.024x memory on GPUs)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 (FrozenLake, tiny model)."""
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -139,6 +140,31 @@ def test_warmup_skips_resumed_runs(epoch, ckpt_path, monkeypatch):
     monkeypatch.setattr(warmup, "warm_up", lambda *a, **k: pytest.fail("warm-up ran on a resumed fit"))
     warmup.on_fit_start(SimpleNamespace(current_epoch=epoch, ckpt_path=ckpt_path), None)
 
+
+
+def test_warmup_cache_trains_once_and_every_later_fit_starts_from_the_same_weights(tiny_model_dir, tmp_path, monkeypatch):
+    datamodule = RolloutDataModule(env="frozenlake", max_steps=3, history_length=1, progress=False)
+    trainer = SimpleNamespace(current_epoch=0, ckpt_path=None, datamodule=datamodule, logger=None, is_global_zero=True,
+                              precision_plugin=SimpleNamespace(forward_context=contextlib.nullcontext))
+
+    def fit_start(seed: int, epochs: int = 2):
+        torch.manual_seed(seed)  # a different LoRA initialisation per run
+        module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)))
+        module.configure_model()
+        warmup = BehaviourCloningWarmup(demonstrations=2, epochs=epochs, lr=1e-2, batch_size=2, progress=False, cache_dir=str(tmp_path / "cache"))
+        calls = []
+        train = warmup.warm_up
+        monkeypatch.setattr(warmup, "warm_up", lambda *a, **k: calls.append(1) or train(*a, **k))
+        warmup.on_fit_start(trainer, module)
+        return {n: p.detach().clone() for n, p in module.lm.named_parameters() if p.requires_grad}, len(calls), warmup.losses
+
+    first, trained, losses = fit_start(seed=0)
+    assert trained == 1 and len(list((tmp_path / "cache").glob("warmup-frozenlake-*.pt"))) == 1
+    second, trained_again, cached_losses = fit_start(seed=1)
+    assert trained_again == 0 and cached_losses == losses
+    assert all(torch.equal(second[n], first[n]) for n in first)  # the seed-1 LoRA init was replaced by the cached weights
+    _, trained_other, _ = fit_start(seed=1, epochs=1)  # another setting: another file, trained afresh
+    assert trained_other == 1 and len(list((tmp_path / "cache").glob("warmup-frozenlake-*.pt"))) == 2
 
 def test_token_logprobs_equal_a_full_log_softmax_at_the_loss_positions(tiny_model_dir):
     """The memory-saving path (logits from the first loss position, log-softmax only where the

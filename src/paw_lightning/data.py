@@ -82,6 +82,7 @@ class RolloutDataModule(LightningDataModule):
         progress: bool = True,
     ):
         super().__init__()
+        self.env_kwargs = dict(env_kwargs or {})
         self.env_factory = make_env_factory(env, **(env_kwargs or {}))
         self.eval_env_factory = make_env_factory(env, **{**(env_kwargs or {}), **(eval_env_kwargs or {})})
         self.env_name = env.rsplit(".", 1)[-1]

@@ -30,19 +30,31 @@ What it does and the deliberate simplifications:
   batch), as FSDP2's collectives require. Under a multi-process strategy without sharded
   (DTensor) parameters the LoRA gradients are averaged by hand;
 - logs ``warmup/loss`` (token-mean CE over all ranks) per epoch with ``step=epoch`` and
-  ``warmup/demo_steps`` through ``trainer.logger``, and prints one summary line.
+  ``warmup/demo_steps`` through ``trainer.logger``, and prints one summary line;
+- with ``cache_dir``, the warmed-up LoRA weights are saved there (rank 0, gathered) in a
+  file named by a hash of everything that determines them: the model and LoRA settings,
+  the environment and its kwargs, ``history_length``, ``max_steps``, this callback's
+  settings and the world size. A later fit with the same settings loads that file instead
+  of training again, so e.g. every run of an algorithm comparison starts from the *same*
+  warmed-up policy (also across ``seed_everything``: only this callback's ``seed`` is in
+  the key) and pays for the warm-up once.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import json
 import random
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from lightning.pytorch import Callback
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from paw_lightning import distributed
+from paw_lightning import checkpointing, distributed
 from paw_lightning.progress import progress_bar
 from paw_lightning.demonstrations import Demonstration, collate, collect_demonstrations, sft_loss
 from paw_lightning.rollout.collector import derive_seed
@@ -57,18 +69,29 @@ class BehaviourCloningWarmup(Callback):
     batch_size: demonstration steps per optimizer step and rank.
     seed: seeds the task choice and the shuffling.
     progress: show a rich progress bar (rank 0; also off when ``data.progress`` is false).
+    cache_dir: save the warmed-up LoRA weights here and reuse them in later fits with the
+        same settings (see above); ``null``: always train.
     """
 
-    def __init__(self, demonstrations: int = 16, epochs: int = 2, lr: float = 1e-4, batch_size: int = 4, seed: int = 0, progress: bool = True):
+    def __init__(
+        self, demonstrations: int = 16, epochs: int = 2, lr: float = 1e-4, batch_size: int = 4, seed: int = 0, progress: bool = True, cache_dir: str | None = None
+    ):
         if demonstrations < 0 or epochs < 0 or batch_size < 1 or lr <= 0:
             raise ValueError("BehaviourCloningWarmup needs demonstrations >= 0, epochs >= 0, batch_size >= 1 and lr > 0")
         self.demonstrations, self.epochs, self.lr, self.batch_size, self.seed, self.progress = demonstrations, epochs, lr, batch_size, seed, progress
+        self.cache_dir = cache_dir
         self.losses: list[float] = []  # warm-up loss per epoch of the last run
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if trainer.current_epoch != 0 or trainer.ckpt_path is not None or self.demonstrations == 0 or self.epochs == 0:
             return
+        cached = self.cache_file(pl_module, trainer.datamodule)
+        if cached is not None and cached.is_file():
+            self.load_cached(pl_module, cached)
+            return
         losses = self.warm_up(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
+        if cached is not None:
+            self.save_cached(pl_module, cached, losses)
         if trainer.logger is not None and trainer.is_global_zero:
             for epoch, loss in enumerate(losses):
                 trainer.logger.log_metrics({"warmup/loss": loss, "warmup/demo_steps": float(self._total_steps)}, step=epoch)
@@ -124,6 +147,44 @@ class BehaviourCloningWarmup(Callback):
                 f"loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)"
             )
         return self.losses
+
+    def cache_file(self, pl_module, datamodule) -> Path | None:
+        """Where the warmed-up weights of these settings live in ``cache_dir`` (or ``None``)."""
+        if self.cache_dir is None:
+            return None
+        key = {
+            "lm": dataclasses.asdict(pl_module.lm_config),
+            "env": datamodule.env_name,
+            "env_kwargs": getattr(datamodule, "env_kwargs", {}),
+            "history_length": datamodule.history_length,
+            "max_steps": datamodule.max_steps,
+            "warmup": [self.demonstrations, self.epochs, self.lr, self.batch_size, self.seed],
+            "world_size": distributed.world_size(),
+        }
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return Path(self.cache_dir).expanduser() / f"warmup-{datamodule.env_name}-{digest}.pt"
+
+    def save_cached(self, pl_module, path: Path, losses: list[float]) -> None:
+        """The LoRA weights of ``pl_module.lm`` (gathered; written by rank 0)."""
+        state = {k: v for k, v in checkpointing.trainable_state_dict(pl_module).items() if k.startswith("lm.")}
+        if distributed.rank() == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            torch.save({"state_dict": state, "losses": losses}, tmp)
+            tmp.replace(path)  # atomic: a concurrent run never reads half a file
+            print(f"behaviour-cloning warm-up saved to {path}")
+
+    def load_cached(self, pl_module, path: Path) -> None:
+        """Load weights saved by :meth:`save_cached` into this model (any sharding)."""
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        missing = {n for n in checkpointing.trainable_names(pl_module) if n.startswith("lm.")} - set(saved["state_dict"])
+        if missing:
+            raise ValueError(f"the cached warm-up {path} lacks {len(missing)} of this model's LoRA weights (e.g. {sorted(missing)[0]}); delete it to train again")
+        state = saved["state_dict"] if distributed.rank() == 0 or not distributed.is_distributed() else {}
+        set_model_state_dict(pl_module, state, options=StateDictOptions(full_state_dict=True, strict=False, broadcast_from_rank0=distributed.is_distributed()))
+        self.losses = list(saved["losses"])
+        if distributed.rank() == 0:
+            print(f"behaviour-cloning warm-up loaded from {path} (its loss: {' → '.join(f'{x:.3f}' for x in self.losses)})")
 
     @staticmethod
     def _empty_batch(tokenizer) -> dict[str, torch.Tensor]:
