@@ -21,7 +21,8 @@ Phases, each one warm-up iteration then ``--reps`` timed ones (median; CUDA sync
 
 Peak memory: CUDA: ``torch.cuda.max_memory_allocated`` (weights included), reset before each
 phase's warm-up. CPU: growth of the peak RSS over the RSS before the warm-up (weights
-excluded; the peak is reset per phase through /proc/self/clear_refs, else ru_maxrss).
+excluded: they are paged in before, since transformers may mmap them; the peak is reset per
+phase through /proc/self/clear_refs, else ru_maxrss).
 
 FLOPs (model FLOPs, so MFU, not HFU: the recomputation of ``--gradient-checkpointing`` is
 not counted). N = weights of the base linear layers incl. the LM head (tied or not), not the
@@ -42,6 +43,7 @@ position only), causal attention over the whole sequence. MFU = model FLOP/s ÷ 
     python benchmarks/train_throughput.py --random 1.5b --gradient-checkpointing
     python benchmarks/train_throughput.py --model /path/to/model --dtype bfloat16 --peak-tflops 989
     python benchmarks/train_throughput.py --batch 2 --prompt-tokens 32 --new-tokens 8 --train-batch 1 --seq-len 64 --reps 1   # smoke test
+    python benchmarks/train_throughput.py --threads 1 ...             # busy CPU: 2 threads on 2 shared cores oversubscribe
 """
 from __future__ import annotations
 
@@ -54,22 +56,19 @@ import sys
 import time
 import warnings
 
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-warnings.filterwarnings("ignore")
+import torch
+from peft import LoraConfig, get_peft_model
+from torch import nn
+from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
+from transformers.utils import logging as hf_logging
 
-import torch  # noqa: E402
-from peft import LoraConfig, get_peft_model  # noqa: E402
-from torch import nn  # noqa: E402
-from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config  # noqa: E402
-
-from paw_lightning.model import LMConfig, load_model, load_tokenizer  # noqa: E402
+from paw_lightning.model import LMConfig, load_model, load_tokenizer
 
 # Dense bf16 tensor-core peak, TFLOPS; the first key contained in the device name wins.
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
 # Qwen2.5-1.5B's published config.json dimensions.
-RANDOM_CONFIGS = {"1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                               vocab_size=151936, tie_word_embeddings=True, rope_theta=1e6, max_position_embeddings=32768, rms_norm_eps=1e-6)}
+RANDOM_CONFIGS = {"1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+                           "vocab_size": 151936, "tie_word_embeddings": True, "rope_theta": 1e6, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6}}
 
 
 def parse_args() -> argparse.Namespace:
@@ -157,6 +156,14 @@ class PeakMemory:
         return max(peak * 1024 - self.before, 0)
 
 
+@torch.no_grad()
+def page_in(model) -> None:
+    """Read every weight once: on CPU, transformers maps the safetensors file and its pages
+    become resident (and count as RSS) only when first touched, which is not a phase's cost."""
+    for p in model.parameters():
+        p.sum()
+
+
 def timed(step, reps: int, device: torch.device, memory: PeakMemory) -> tuple[float, int]:
     """Median seconds of ``step(i)`` over ``reps`` runs after one warm-up, and the phase's peak memory."""
     memory.reset()
@@ -214,6 +221,9 @@ def peak_flops(args, device) -> tuple[float | None, str]:
 
 def main() -> None:
     args = parse_args()
+    warnings.filterwarnings("ignore")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     if args.threads:
@@ -229,6 +239,7 @@ def main() -> None:
           f"{sizes['layers']} layers, d_attn {sizes['d_attn']}")
 
     memory = PeakMemory(device)
+    page_in(model)
     model.eval()
     gen_s, gen_mem = timed(rollout_step(model, tokenizer, args, device), args.reps, device, memory)
     model.train()

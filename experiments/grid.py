@@ -152,6 +152,15 @@ def kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+RUNNING: set[subprocess.Popen] = set()  # the grid points' processes running now (several with parallel jobs)
+
+
+def kill_running() -> None:
+    """Stop every running grid point (Ctrl-C with parallel jobs: the worker threads cannot see it)."""
+    for proc in list(RUNNING):
+        kill(proc)
+
+
 def run_point(point: GridPoint, output_dir: Path, num: int = 0, timeout_s: float | None = None) -> dict:
     """Run one grid point; write ``run.log`` and ``result.json`` in ``output_dir`` and return
     the result (status ``ok``, ``failed``, ``timeout`` or ``error`` when it could not start)."""
@@ -168,6 +177,7 @@ def run_point(point: GridPoint, output_dir: Path, num: int = 0, timeout_s: float
             out.write("$ " + shlex.join(cmd) + "\n")
             out.flush()
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            RUNNING.add(proc)
             try:
                 result["returncode"] = proc.wait(timeout=timeout_s)
                 result["status"] = "ok" if proc.returncode == 0 else "failed"
@@ -177,6 +187,8 @@ def run_point(point: GridPoint, output_dir: Path, num: int = 0, timeout_s: float
             except BaseException:  # Ctrl-C: stop the run we started, then stop the sweep
                 kill(proc)
                 raise
+            finally:
+                RUNNING.discard(proc)
     except (OSError, ValueError) as err:
         result["message"] = f"{type(err).__name__}: {err}"
         try:

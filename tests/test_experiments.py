@@ -12,7 +12,8 @@ from helpers import ROOT
 
 @pytest.mark.slow
 def test_compare_algorithms_two_tiny_runs(tiny_model_dir, tmp_path):
-    cmd = [sys.executable, str(ROOT / "experiments/compare_algorithms.py"), "--algorithms", "grpo", "rloo", "--seeds", "0",
+    """Two runs at a time (--jobs 2) into one fresh SQLite store."""
+    cmd = [sys.executable, str(ROOT / "experiments/compare_algorithms.py"), "--algorithms", "grpo", "rloo", "--seeds", "0", "--jobs", "2",
            "--epochs", "1", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--",
            "-c", str(ROOT / "tests/configs/tiny.yaml"), f"--model.lm.name_or_path={tiny_model_dir}"]
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
