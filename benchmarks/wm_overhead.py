@@ -128,6 +128,9 @@ def child(args) -> None:
     """CPU memory: one variant's update in a fresh process; prints the peak RSS growth."""
     saved = torch.load(args.child_state, weights_only=False)
     module = make_module(args.model, torch.device("cpu"), saved["data"]["kl_coef"])
+    with torch.no_grad():  # page the weights in first: transformers may mmap them, which is not the update's memory
+        for param in module.parameters():
+            param.sum()
     before = rss_bytes()
     update(module, saved["trajectories"], args.child, saved["data"], saved["lora"])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
