@@ -45,6 +45,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -87,11 +88,11 @@ class BehaviourCloningWarmup(Callback):
             return
         cached = self.cache_file(pl_module, trainer.datamodule)
         if cached is not None and cached.is_file():
-            self.load_cached(pl_module, cached)
-            return
-        losses = self.warm_up(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
-        if cached is not None:
-            self.save_cached(pl_module, cached, losses)
+            losses = self.load_cached(pl_module, cached)
+        else:
+            losses = self.warm_up(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
+            if cached is not None:
+                self.save_cached(pl_module, cached)
         if trainer.logger is not None and trainer.is_global_zero:
             for epoch, loss in enumerate(losses):
                 trainer.logger.log_metrics({"warmup/loss": loss, "warmup/demo_steps": float(self._total_steps)}, step=epoch)
@@ -164,27 +165,29 @@ class BehaviourCloningWarmup(Callback):
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return Path(self.cache_dir).expanduser() / f"warmup-{datamodule.env_name}-{digest}.pt"
 
-    def save_cached(self, pl_module, path: Path, losses: list[float]) -> None:
-        """The LoRA weights of ``pl_module.lm`` (gathered; written by rank 0)."""
+    def save_cached(self, pl_module, path: Path) -> None:
+        """The LoRA weights of ``pl_module.lm`` (gathered; written by rank 0) and the losses."""
         state = {k: v for k, v in checkpointing.trainable_state_dict(pl_module).items() if k.startswith("lm.")}
         if distributed.rank() == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            torch.save({"state_dict": state, "losses": losses}, tmp)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            torch.save({"state_dict": state, "losses": self.losses, "demo_steps": self._total_steps}, tmp)
             tmp.replace(path)  # atomic: a concurrent run never reads half a file
             print(f"behaviour-cloning warm-up saved to {path}")
 
-    def load_cached(self, pl_module, path: Path) -> None:
-        """Load weights saved by :meth:`save_cached` into this model (any sharding)."""
+    def load_cached(self, pl_module, path: Path) -> list[float]:
+        """Load weights saved by :meth:`save_cached` into this model (any sharding); the
+        warm-up losses they were trained with."""
         saved = torch.load(path, map_location="cpu", weights_only=True)
         missing = {n for n in checkpointing.trainable_names(pl_module) if n.startswith("lm.")} - set(saved["state_dict"])
         if missing:
             raise ValueError(f"the cached warm-up {path} lacks {len(missing)} of this model's LoRA weights (e.g. {sorted(missing)[0]}); delete it to train again")
         state = saved["state_dict"] if distributed.rank() == 0 or not distributed.is_distributed() else {}
         set_model_state_dict(pl_module, state, options=StateDictOptions(full_state_dict=True, strict=False, broadcast_from_rank0=distributed.is_distributed()))
-        self.losses = list(saved["losses"])
+        self.losses, self._total_steps = list(saved["losses"]), saved["demo_steps"]
         if distributed.rank() == 0:
             print(f"behaviour-cloning warm-up loaded from {path} (its loss: {' → '.join(f'{x:.3f}' for x in self.losses)})")
+        return self.losses
 
     @staticmethod
     def _empty_batch(tokenizer) -> dict[str, torch.Tensor]:
