@@ -8,7 +8,8 @@ Both variants train on the *same* rollout (collected once with the config's sett
 
 Time: one whole update — the scoring pass (π_old, π_ref when the config's KL coefficient
 is > 0, action entropies, the selection S_α) and the optimisation pass over all
-mini-batches (forward, backward, optimizer step) — from the same LoRA and optimizer state,
+mini-batches of ``data.mini_batch_size`` (forward and backward over the config's
+``model.micro_batch_tokens`` micro-batches, as ``training_step``; optimizer step) — from the same LoRA and optimizer state,
 the two variants alternated ``--repeats`` times in one process; the median of each and
 their ratio are printed. The paper reports 1.021× per step on GPUs.
 
@@ -28,6 +29,7 @@ understates the world-model segment.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -48,6 +50,7 @@ import yaml  # noqa: E402
 
 from paw_lightning.callbacks import BehaviourCloningWarmup, RewardAdaptiveLambda  # noqa: E402
 from paw_lightning.envs import EnvPool, make_env_factory  # noqa: E402
+from paw_lightning.microbatch import micro_batches  # noqa: E402
 from paw_lightning.model import LMConfig, default_cache_dir  # noqa: E402
 from paw_lightning.module import PaWModule  # noqa: E402
 from paw_lightning.objectives import ClippedMAE, PolicyObjective  # noqa: E402
@@ -66,6 +69,7 @@ def settings(config: Path) -> dict:
     policy = ((raw.get("model") or {}).get("policy_objective") or {}).get("init_args") or {}
     balancer = (raw.get("balancer") or {}).get("init_args") or {}
     data["kl_coef"] = policy.get("kl_coef", 0.01)
+    data["micro_batch_tokens"] = (raw.get("model") or {}).get("micro_batch_tokens")
     data["r_max"] = balancer.get("r_max")
     return data
 
@@ -118,7 +122,9 @@ def update(module: PaWModule, trajectories, variant: str, data: dict, start_stat
     size = data["mini_batch_size"]
     for i in range(0, len(buffer), size):
         batch = {k: v.to(device) for k, v in buffer.collate(list(range(i, min(i + size, len(buffer))))).items()}
-        module.compute_loss(batch).loss.backward()
+        totals = module.loss_totals(batch)
+        for part in micro_batches(batch, data["micro_batch_tokens"]):  # as training_step: accumulate over token-budget micro-batches
+            module.compute_loss(part, totals).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     if device.type == "cuda":
@@ -186,7 +192,12 @@ def main() -> None:
             times[variant].append(seconds)
             if device.type == "cuda":
                 peaks[variant] = torch.cuda.max_memory_allocated()
+    median = {v: statistics.median(t) for v, t in times.items()}
+    for v in ("vanilla", "paw"):
+        print(f"{v:<10}{tokens[v]:>8} tokens, update {median[v]:.2f} s (runs: {', '.join(f'{t:.2f}' for t in times[v])})", flush=True)
     if device.type != "cuda":
+        del module  # the children need the memory
+        gc.collect()
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "update.pt"
             torch.save({"trajectories": trajectories, "lora": state, "data": data}, path)
@@ -194,7 +205,6 @@ def main() -> None:
                 out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", variant, "--child-state", str(path)], capture_output=True, text=True, check=True)
                 peaks[variant] = json.loads(out.stdout.strip().splitlines()[-1])["growth"]
 
-    median = {v: statistics.median(t) for v, t in times.items()}
     kind = "peak CUDA memory" if device.type == "cuda" else "peak RSS growth"
     print(f"\n{'variant':<10}{'tokens':>8}{'median s':>10}{'runs (s)':>28}{kind:>20}")
     for v in ("vanilla", "paw"):
