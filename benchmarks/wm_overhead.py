@@ -89,12 +89,7 @@ def warm_up(module: PaWModule, data: dict, episodes: int) -> None:
     config's length (2 epochs, batch 2, lr 1e-4), cached in ``<cache>/warmup`` for later runs."""
     datamodule = SimpleNamespace(env_name=data["env"], history_length=data["history_length"], env_factory=env_factory(data), max_steps=data["warmup_max_steps"], progress=False)
     warmup = BehaviourCloningWarmup(demonstrations=episodes, epochs=2, batch_size=2, progress=False, cache_dir=str(default_cache_dir() / "warmup"))
-    cached = warmup.cache_file(module, datamodule)
-    if cached.is_file():  # trained by an earlier run of this benchmark with the same settings
-        warmup.load_cached(module, cached)
-    else:
-        warmup.warm_up(module, datamodule)
-        warmup.save_cached(module, cached)
+    warmup.warm_up_or_load(module, datamodule)
 
 
 def collect(module: PaWModule, data: dict):

@@ -86,13 +86,7 @@ class BehaviourCloningWarmup(Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         if trainer.current_epoch != 0 or trainer.ckpt_path is not None or self.demonstrations == 0 or self.epochs == 0:
             return
-        cached = self.cache_file(pl_module, trainer.datamodule)
-        if cached is not None and cached.is_file():
-            losses = self.load_cached(pl_module, cached)
-        else:
-            losses = self.warm_up(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
-            if cached is not None:
-                self.save_cached(pl_module, cached)
+        losses = self.warm_up_or_load(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
         if trainer.logger is not None and trainer.is_global_zero:
             for epoch, loss in enumerate(losses):
                 trainer.logger.log_metrics({"warmup/loss": loss, "warmup/demo_steps": float(self._total_steps)}, step=epoch)
@@ -148,6 +142,17 @@ class BehaviourCloningWarmup(Callback):
                 f"loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)"
             )
         return self.losses
+
+    def warm_up_or_load(self, pl_module, datamodule, forward_context=contextlib.nullcontext) -> list[float]:
+        """:meth:`warm_up`, or with ``cache_dir`` the weights of an earlier warm-up with the same
+        settings (saved after training when there is none); the warm-up losses."""
+        cached = self.cache_file(pl_module, datamodule)
+        if cached is not None and cached.is_file():
+            return self.load_cached(pl_module, cached)
+        losses = self.warm_up(pl_module, datamodule, forward_context)
+        if cached is not None:
+            self.save_cached(pl_module, cached)
+        return losses
 
     def cache_file(self, pl_module, datamodule) -> Path | None:
         """Where the warmed-up weights of these settings live in ``cache_dir`` (or ``None``)."""

@@ -81,9 +81,10 @@ class RolloutBuffer:
         tokens). Under causal attention every action position's log-prob is the one of the
         full sample, so the scoring pass runs on this view: π_old and π_ref are needed on
         the action tokens only, and the world-model segment would only cost compute."""
-        ends = self.policy_lengths()
-        cut = lambda seqs: [x[:e] for x, e in zip(seqs, ends)]  # noqa: E731
-        return replace(self, input_ids=cut(self.input_ids), action_mask=cut(self.action_mask), obs_mask=cut(self.obs_mask))
+        view = replace(self, input_ids=list(self.input_ids), action_mask=list(self.action_mask), obs_mask=list(self.obs_mask),
+                       old_logprobs=list(self.old_logprobs), ref_logprobs=list(self.ref_logprobs))
+        view.drop_world_model_segments(torch.ones(len(self), dtype=torch.bool))
+        return view
 
     def drop_world_model_segments(self, rows: torch.Tensor) -> None:
         """Cut the world-model segment of the samples where ``rows`` (bool, one per sample) is
