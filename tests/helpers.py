@@ -1,6 +1,8 @@
 """Helpers for the end-to-end tests: CLI arguments for tiny runs and MLflow read-back."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -27,3 +29,19 @@ def mlflow_runs(workdir: Path, experiment: str = "frozenlake"):
 
 def metric_history(client, run, key: str) -> list[float]:
     return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+# Greedy rollouts and no KL term: a fit whose losses do not depend on how the groups are
+# spread over processes (see test_fsdp_fit.py).
+RANK_INDEPENDENT = ("--trainer.accelerator=cpu", "--data.temperature=0", "--data.val_temperature=0", "--trainer.max_epochs=2",
+                    "--model.optimizer.init_args.lr=0.01", "--data.mini_batch_size=8", "--model.policy_objective.init_args.kl_coef=0")
+
+
+def fit_in_subprocess(model_dir: Path, workdir: Path, *extra: str):
+    """`python -m paw_lightning fit` on the tiny model in a fresh `workdir` (RANK_INDEPENDENT
+    settings, then `extra`); returns `mlflow_runs(workdir)`."""
+    workdir.mkdir()
+    args = tiny_args(model_dir, workdir, *RANK_INDEPENDENT, *extra)
+    result = subprocess.run([sys.executable, "-m", "paw_lightning", "fit", *args], cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return mlflow_runs(workdir)

@@ -8,29 +8,41 @@ off because its token-mean would weigh the ranks' tokens differently).
 """
 from __future__ import annotations
 
-import subprocess
-import sys
+import math
 
-from helpers import ROOT, metric_history, mlflow_runs, tiny_args
+import torch
 
-
-def fit(model_dir, workdir, *extra):
-    workdir.mkdir()
-    args = tiny_args(model_dir, workdir, "--trainer.accelerator=cpu", "--data.temperature=0", "--data.val_temperature=0",
-                     "--trainer.max_epochs=2", "--model.optimizer.init_args.lr=0.01", "--data.mini_batch_size=8",
-                     "--model.policy_objective.init_args.kl_coef=0", *extra)
-    result = subprocess.run([sys.executable, "-m", "paw_lightning", "fit", *args], cwd=workdir, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return mlflow_runs(workdir)
+from helpers import ROOT, fit_in_subprocess, metric_history
 
 
 def test_fsdp2_and_ddp_two_processes_match_one(tiny_model_dir, tmp_path):
-    client1, (single,) = fit(tiny_model_dir, tmp_path / "single")
+    client1, (single,) = fit_in_subprocess(tiny_model_dir, tmp_path / "single")
     for name, extra in {"fsdp2": ["-c", str(ROOT / "configs/scale/fsdp2.yaml")], "ddp": ["--trainer.strategy=ddp", "--trainer.devices=2"]}.items():
-        client2, (parallel,) = fit(tiny_model_dir, tmp_path / name, *extra)
+        client2, (parallel,) = fit_in_subprocess(tiny_model_dir, tmp_path / name, *extra)
         for key in ("train/wm/weighted_loss", "train/loss", "train/episode/return_mean", "val/episode/return_mean"):
             one, two = metric_history(client1, single, key), metric_history(client2, parallel, key)
             assert len(one) == len(two) == 2, (name, key)
             assert all(abs(a - b) < 1e-4 for a, b in zip(one, two)), (name, key, one, two)
+        peaks = [metric_history(client2, parallel, f"train/memory/peak_gib/rank_{r}") for r in (0, 1)]
+        assert all(len(p) == 2 and 0.05 < p[-1] < 64 for p in peaks), (name, peaks)  # each rank's peak RSS in GiB
+        assert metric_history(client2, parallel, "train/memory/peak_gib") == [max(a, b) for a, b in zip(*peaks)]
+    assert not any(key.startswith("train/memory/peak_gib/") for key in single.data.metrics)  # one process: no per-rank keys
     losses = metric_history(client1, single, "train/loss")
     assert losses[1] != losses[0]
+
+
+def test_fsdp2_bf16_precisions_keep_the_documented_dtypes(tiny_model_dir, tmp_path):
+    """``bf16-mixed`` computes in bf16 but keeps float32 LoRA weights and Adam state (what the
+    checkpoint holds); ``bf16-true`` holds them in bf16. Both train, with finite losses."""
+    for precision, extra, dtype in (("bf16-mixed", [], torch.float32), ("bf16-true", ["--model.lm.dtype=bfloat16"], torch.bfloat16)):
+        workdir = tmp_path / precision
+        client, (run,) = fit_in_subprocess(tiny_model_dir, workdir, "-c", str(ROOT / "configs/scale/fsdp2.yaml"), f"--trainer.precision={precision}", *extra)
+        losses = metric_history(client, run, "train/loss")
+        assert len(losses) == 2 and all(math.isfinite(x) for x in losses) and losses[0] != losses[1], (precision, losses)
+        (last,) = workdir.glob("runs/**/last.ckpt")
+        checkpoint = torch.load(last, map_location="cpu", weights_only=False)
+        weights = checkpoint["state_dict"]
+        adam = [s for state in checkpoint["optimizer_states"] for s in state["state"].values()]
+        assert weights and all("lora_" in name and w.dtype == dtype for name, w in weights.items()), precision
+        assert adam and all(s["exp_avg"].dtype == s["exp_avg_sq"].dtype == dtype for s in adam), precision
+        assert any(w.abs().sum() > 0 for name, w in weights.items() if "lora_B" in name)  # B starts at 0: it trained

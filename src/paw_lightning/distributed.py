@@ -48,3 +48,13 @@ def min_across_ranks(value: int) -> int:
 def any_across_ranks(flag: bool) -> bool:
     return max_across_ranks(int(flag)) > 0
 
+
+
+def gather_floats(value: float) -> list[float]:
+    """Every rank's `value`, in rank order (``[value]`` in a single process)."""
+    if not is_distributed():
+        return [float(value)]
+    mine = torch.tensor([float(value)], dtype=torch.float64, device=_device())
+    every = [torch.zeros_like(mine) for _ in range(world_size())]
+    dist.all_gather(every, mine)
+    return [t.item() for t in every]

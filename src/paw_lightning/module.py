@@ -313,8 +313,11 @@ class PaWModule(LightningModule):
             self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
 
     def on_train_epoch_end(self) -> None:
-        """Peak memory of each rank (GPU: allocated tensors; CPU: peak RSS), the max over ranks."""
-        self.log("train/memory/peak_gib", peak_memory_gib(self.device), sync_dist=True, reduce_fx="max")
+        """Peak memory (GPU: allocated tensors; CPU: peak RSS): ``train/memory/peak_gib`` is the
+        max over ranks and, with several ranks, ``train/memory/peak_gib/rank_<r>`` each rank's."""
+        peaks = distributed.gather_floats(peak_memory_gib(self.device))  # a collective: every rank
+        per_rank = {f"train/memory/peak_gib/rank_{r}": peak for r, peak in enumerate(peaks)} if len(peaks) > 1 else {}
+        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank}, rank_zero_only=True)
 
     def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:
         """λ of each sample's group, as set by the balancing callback."""
