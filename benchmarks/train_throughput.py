@@ -19,6 +19,10 @@ Phases, each one warm-up iteration then ``--reps`` timed ones (median; CUDA sync
   right-padded rows), loss = token mean of −log p(x_t | x_<t) from ``logits.float().log_softmax``
   as ``PaWModule`` computes it. tokens/s = train batch × seq len / step time.
 
+Weights: memory held after loading (CUDA memory allocated, or RSS growth with every weight
+paged in). ``--quantization nf4`` loads the base as 4-bit QLoRA weights (bitsandbytes) as
+training does; benchmarks/qlora_memory.py compares it with the plain model side by side.
+
 Peak memory: CUDA: ``torch.cuda.max_memory_allocated`` (weights included), reset before each
 phase's warm-up. CPU: growth of the peak RSS over the RSS before the warm-up (weights
 excluded: they are paged in before, since transformers may mmap them; the peak is reset per
@@ -42,12 +46,14 @@ position only), causal attention over the whole sequence. MFU = model FLOP/s ÷ 
     python benchmarks/train_throughput.py                            # embedded SmolLM2-135M
     python benchmarks/train_throughput.py --random 1.5b --gradient-checkpointing
     python benchmarks/train_throughput.py --model /path/to/model --dtype bfloat16 --peak-tflops 989
+    python benchmarks/train_throughput.py --quantization nf4         # QLoRA base
     python benchmarks/train_throughput.py --batch 2 --prompt-tokens 32 --new-tokens 8 --train-batch 1 --seq-len 64 --reps 1   # smoke test
     python benchmarks/train_throughput.py --threads 1 ...             # busy CPU: 2 threads on 2 shared cores oversubscribe
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shlex
@@ -82,15 +88,22 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=1024, help="training sequence length (default: 1024)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--gradient-checkpointing", action="store_true", help="LMConfig.gradient_checkpointing")
+    p.add_argument("--quantization", choices=["nf4"], help="LMConfig.quantization: 4-bit QLoRA base (needs bitsandbytes; not with --random)")
+    p.add_argument("--json", help="also write the figures to this JSON file (benchmarks/qlora_memory.py reads it)")
     p.add_argument("--reps", type=int, default=3, help="timed iterations per phase after one warm-up (default: 3)")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: table by CUDA device name)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.quantization and args.random:
+        p.error("--quantization loads the base through from_pretrained: use it with --model, not --random")
+    return args
 
 
 def build(args: argparse.Namespace, device: torch.device):
     """(PEFT model on ``device``, tokenizer, description)."""
-    lm = LMConfig(name_or_path=args.model, dtype=args.dtype, gradient_checkpointing=args.gradient_checkpointing)
+    lm = LMConfig(name_or_path=args.model, dtype=args.dtype, gradient_checkpointing=args.gradient_checkpointing, quantization=args.quantization)
+    if lm.quantization:  # quantised while loading onto the device
+        return load_model(lm, device=device), load_tokenizer(lm), f"{args.model!r} NF4"
     if not args.random:
         return load_model(lm).to(device), load_tokenizer(lm), repr(args.model)
     torch.manual_seed(0)
@@ -108,7 +121,8 @@ def model_sizes(model) -> dict:
     base, config = model.get_base_model(), model.config
     linears = [m for name, m in base.named_modules() if isinstance(m, nn.Linear) and "lora_" not in name]
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return {"n": sum(m.weight.numel() for m in linears), "head": base.get_output_embeddings().weight.numel(),
+    head = base.get_output_embeddings()
+    return {"n": sum(m.in_features * m.out_features for m in linears), "head": head.in_features * head.out_features,  # not numel: 4-bit weights are packed
             "lora": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "layers": config.num_hidden_layers, "d_attn": config.num_attention_heads * head_dim}
 
@@ -131,6 +145,13 @@ class PeakMemory:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
+    def current(self) -> int:
+        """Bytes held now: CUDA memory allocated, or the process's RSS."""
+        if self.cuda:
+            return torch.cuda.memory_allocated()
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
     @staticmethod
     def _status_kib(key: str) -> int:
         with open("/proc/self/status") as f:
@@ -140,8 +161,7 @@ class PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             return
-        with open("/proc/self/statm") as f:
-            self.before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        self.before = self.current()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM (peak RSS) to the current RSS
@@ -228,7 +248,8 @@ def main() -> None:
     args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     if args.threads:
         torch.set_num_threads(args.threads)
-    start = time.perf_counter()
+    memory = PeakMemory(device)
+    before_load, start = memory.current(), time.perf_counter()
     model, tokenizer, label = build(args, device)
     sizes, peak = model_sizes(model), peak_flops(args, device)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
@@ -238,8 +259,9 @@ def main() -> None:
           f"N = {sizes['n'] / 1e6:.1f} M linear weights (LM head {sizes['head'] / 1e6:.1f} M), LoRA {sizes['lora'] / 1e6:.2f} M, "
           f"{sizes['layers']} layers, d_attn {sizes['d_attn']}")
 
-    memory = PeakMemory(device)
     page_in(model)
+    weights = memory.current() - before_load
+    print(f"weights resident: {weights / 2**30:.2f} GiB ({'CUDA memory allocated' if device.type == 'cuda' else 'RSS growth'} from loading, weights paged in)")
     model.eval()
     gen_s, gen_mem = timed(rollout_step(model, tokenizer, args, device), args.reps, device, memory)
     model.train()
@@ -266,6 +288,11 @@ train:   tokens/s over all batch × seq-len tokens; TFLOP/s and MFU (4N) at 4N +
          A = causal attention 2·layers·seq·d_attn); MFU (6N conv.) at 6N + 3A, the full fine-tuning convention; recomputation
          under gradient checkpointing not counted (MFU, not HFU)
 median of {args.reps} timed iterations after 1 warm-up per phase; at end: load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs""")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": label, "dtype": args.dtype, "device": device_name, "weights_gib": weights / 2**30,
+                       **{f"{phase}_{key}": value for phase, _, tok_s, seconds, mem, _, _, _ in rows
+                          for key, value in (("tokens_per_s", tok_s), ("seconds", seconds), ("peak_gib", mem / 2**30))}}, f, indent=1)
 
 
 if __name__ == "__main__":
