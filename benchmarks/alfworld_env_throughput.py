@@ -27,11 +27,9 @@ import time
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from paw_lightning.envs import EnvPool, make_env_factory  # noqa: E402
+from machine import machine_load
 
-
-def machine_load() -> str:
-    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+from paw_lightning.envs import EnvPool, make_env_factory
 
 
 def parse_args() -> argparse.Namespace:

@@ -44,25 +44,21 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
 
-import torch  # noqa: E402
-from lightning.pytorch import Callback  # noqa: E402
-from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
+import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from machine import machine_load
+from transformers.utils import logging as hf_logging
 
-from paw_lightning.cli import PawCLI  # noqa: E402
-from paw_lightning.data import RolloutDataModule  # noqa: E402
-from paw_lightning.module import PaWModule  # noqa: E402
-from paw_lightning.rollout.collector import Collector  # noqa: E402
-from paw_lightning.rollout.engine import GenerationEngine  # noqa: E402
+from paw_lightning.cli import PawCLI
+from paw_lightning.data import RolloutDataModule
+from paw_lightning.module import PaWModule
+from paw_lightning.rollout.collector import Collector
+from paw_lightning.rollout.engine import GenerationEngine
 
 T0 = time.perf_counter()
 SECONDS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
-
-
-def machine_load() -> str:
-    """1-minute load average and CPU count: other processes on the machine skew timings."""
-    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
 
 def parse_args() -> tuple[argparse.Namespace, list[str]]:

@@ -31,22 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import torch  # noqa: E402
-import yaml  # noqa: E402
-from transformers.generation.stopping_criteria import StopStringCriteria  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
+import torch
+import yaml
+from machine import machine_load
+from transformers.generation.stopping_criteria import StopStringCriteria
+from transformers.utils import logging as hf_logging
 
-from paw_lightning.envs import FrozenLakeEnv  # noqa: E402
-from paw_lightning.model import LMConfig, load_model, load_tokenizer  # noqa: E402
-from paw_lightning.rollout.engine import GenerationEngine  # noqa: E402
-from paw_lightning.rollout.prompts import PromptBuilder  # noqa: E402
+from paw_lightning.envs import FrozenLakeEnv
+from paw_lightning.model import LMConfig, load_model, load_tokenizer
+from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.rollout.prompts import PromptBuilder
 
 STOP = "</action>"  # the stop string GenerationEngine passes to generate
-
-
-def machine_load() -> str:
-    """1-minute load average and CPU count: other processes on the machine skew timings."""
-    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
 
 def parse_args() -> argparse.Namespace:

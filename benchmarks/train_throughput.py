@@ -19,9 +19,11 @@ Phases, each one warm-up iteration then ``--reps`` timed ones (median; CUDA sync
   right-padded rows), loss = token mean of −log p(x_t | x_<t) from ``logits.float().log_softmax``
   as ``PaWModule`` computes it. tokens/s = train batch × seq len / step time.
 
-Weights: memory held after loading (CUDA memory allocated, or RSS growth with every weight
-paged in). ``--quantization nf4`` loads the base as 4-bit QLoRA weights (bitsandbytes) as
-training does; benchmarks/qlora_memory.py compares it with the plain model side by side.
+Weights: bytes of the model's tensors (parameters, buffers and bitsandbytes' quantisation
+constants; each storage once), not RSS: on CPU, quantising while loading leaves the read
+float32 file pages and freed buffers in the RSS. ``--quantization nf4`` loads the base as
+4-bit QLoRA weights (bitsandbytes) as training does; benchmarks/qlora_memory.py compares it
+with the plain model side by side.
 
 Peak memory: CUDA: ``torch.cuda.max_memory_allocated`` (weights included), reset before each
 phase's warm-up. CPU: growth of the peak RSS over the RSS before the warm-up (weights
@@ -63,6 +65,7 @@ import time
 import warnings
 
 import torch
+from machine import machine_load
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
@@ -145,12 +148,6 @@ class PeakMemory:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
-    def current(self) -> int:
-        """Bytes held now: CUDA memory allocated, or the process's RSS."""
-        if self.cuda:
-            return torch.cuda.memory_allocated()
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     @staticmethod
     def _status_kib(key: str) -> int:
@@ -161,7 +158,8 @@ class PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             return
-        self.before = self.current()
+        with open("/proc/self/statm") as f:
+            self.before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM (peak RSS) to the current RSS
@@ -174,6 +172,18 @@ class PeakMemory:
             return torch.cuda.max_memory_allocated()
         peak = self._status_kib("VmHWM") if self.hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return max(peak * 1024 - self.before, 0)
+
+
+def weight_bytes(model) -> int:
+    """Bytes of every parameter, buffer and bitsandbytes quantisation state (absmax, code,
+    the nested state of double quantisation), counting each storage once (tied weights)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    for p in model.parameters():
+        state = getattr(p, "quant_state", None)
+        while state is not None:
+            tensors += [v for v in vars(state).values() if isinstance(v, torch.Tensor)]
+            state = getattr(state, "state2", None)
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
 @torch.no_grad()
@@ -248,20 +258,21 @@ def main() -> None:
     args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     if args.threads:
         torch.set_num_threads(args.threads)
-    memory = PeakMemory(device)
-    before_load, start = memory.current(), time.perf_counter()
+    start = time.perf_counter()
     model, tokenizer, label = build(args, device)
     sizes, peak = model_sizes(model), peak_flops(args, device)
-    device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads, {machine_load()})"
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"device: {device_name}; torch {torch.__version__}; peak: {peak[1]}")
     print(f"model: {label}, {args.dtype}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}, loaded in {time.perf_counter() - start:.1f} s; "
           f"N = {sizes['n'] / 1e6:.1f} M linear weights (LM head {sizes['head'] / 1e6:.1f} M), LoRA {sizes['lora'] / 1e6:.2f} M, "
           f"{sizes['layers']} layers, d_attn {sizes['d_attn']}")
 
+    weights = weight_bytes(model)
+    print(f"weights held: {weights / 2**30:.3f} GiB (tensor bytes)")
+
+    memory = PeakMemory(device)
     page_in(model)
-    weights = memory.current() - before_load
-    print(f"weights resident: {weights / 2**30:.2f} GiB ({'CUDA memory allocated' if device.type == 'cuda' else 'RSS growth'} from loading, weights paged in)")
     model.eval()
     gen_s, gen_mem = timed(rollout_step(model, tokenizer, args, device), args.reps, device, memory)
     model.train()
@@ -287,10 +298,10 @@ rollout: new tokens/s (every row generates exactly --new-tokens); its MFU counts
 train:   tokens/s over all batch × seq-len tokens; TFLOP/s and MFU (4N) at 4N + 3A per token (frozen base: no weight gradients,
          A = causal attention 2·layers·seq·d_attn); MFU (6N conv.) at 6N + 3A, the full fine-tuning convention; recomputation
          under gradient checkpointing not counted (MFU, not HFU)
-median of {args.reps} timed iterations after 1 warm-up per phase; at end: load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs""")
+median of {args.reps} timed iterations after 1 warm-up per phase; at end: {machine_load()}""")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": label, "dtype": args.dtype, "device": device_name, "weights_gib": weights / 2**30,
+            json.dump({"model": label, "dtype": args.dtype, "device": device_name, "weights_gib": weights / 2**30, "peak_includes_weights": device.type == "cuda",
                        **{f"{phase}_{key}": value for phase, _, tok_s, seconds, mem, _, _, _ in rows
                           for key, value in (("tokens_per_s", tok_s), ("seconds", seconds), ("peak_gib", mem / 2**30))}}, f, indent=1)
 

@@ -45,19 +45,19 @@ from types import SimpleNamespace
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 warnings.filterwarnings("ignore")
 
-import torch  # noqa: E402
-import yaml  # noqa: E402
+import torch
+import yaml
 
-from paw_lightning.callbacks import BehaviourCloningWarmup, RewardAdaptiveLambda  # noqa: E402
-from paw_lightning.envs import EnvPool, make_env_factory  # noqa: E402
-from paw_lightning.microbatch import micro_batches  # noqa: E402
-from paw_lightning.model import LMConfig, default_cache_dir  # noqa: E402
-from paw_lightning.module import PaWModule  # noqa: E402
-from paw_lightning.objectives import ClippedMAE, PolicyObjective  # noqa: E402
-from paw_lightning.rollout.collector import Collector  # noqa: E402
-from paw_lightning.rollout.engine import GenerationEngine  # noqa: E402
-from paw_lightning.rollout.prompts import PromptBuilder  # noqa: E402
-from paw_lightning.rollout.samples import build_buffer  # noqa: E402
+from paw_lightning.callbacks import BehaviourCloningWarmup, RewardAdaptiveLambda
+from paw_lightning.envs import EnvPool, make_env_factory
+from paw_lightning.microbatch import micro_batches
+from paw_lightning.model import LMConfig, default_cache_dir
+from paw_lightning.module import PaWModule
+from paw_lightning.objectives import ClippedMAE, PolicyObjective
+from paw_lightning.rollout.collector import Collector
+from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.rollout.prompts import PromptBuilder
+from paw_lightning.rollout.samples import build_buffer
 
 ROOT = Path(__file__).resolve().parents[1]
 
