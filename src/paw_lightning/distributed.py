@@ -49,7 +49,6 @@ def any_across_ranks(flag: bool) -> bool:
     return max_across_ranks(int(flag)) > 0
 
 
-
 def gather_floats(value: float) -> list[float]:
     """Every rank's `value`, in rank order (``[value]`` in a single process)."""
     if not is_distributed():

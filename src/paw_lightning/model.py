@@ -42,6 +42,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,7 +312,9 @@ def load_model(cfg: LMConfig, device: torch.device | None = None) -> PeftModel:
         target_modules=cfg.lora_target_modules,
         task_type="CAUSAL_LM",
     )
-    model = get_peft_model(base, lora)
+    with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        model = get_peft_model(base, lora)
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     if not trainable or any("lora_" not in name for name in trainable):
         raise RuntimeError(f"expected only LoRA weights to be trainable, got {trainable[:5]}")
