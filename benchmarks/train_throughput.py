@@ -148,7 +148,6 @@ class PeakMemory:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
-
     @staticmethod
     def _status_kib(key: str) -> int:
         with open("/proc/self/status") as f:
