@@ -2,7 +2,8 @@
 
 Every rank builds the same LoRA model from the tiny model in DIR, keeps an unsharded copy
 as the reference, shards the other with `shard_model` on a 2-rank gloo mesh and checks
-on an identical batch: loss, full (gathered) LoRA gradients, greedy `generate` and a
+on an identical batch: loss, full (gathered) LoRA gradients, greedy `generate` (with the
+weights gathered per forward and, inside `gathered_for_generation`, once per call) and a
 forward inside `reference_policy`. Run twice: default LoRA targets (all adapters inside
 decoder layers) and with an adapter on `lm_head` (an adapter outside decoder layers).
 """
@@ -14,15 +15,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 
-from paw_lightning.model import (
-    LMConfig,
-    decoder_layers,
-    load_model,
-    load_tokenizer,
-    reference_policy,
-    shard_model,
-)
+from paw_lightning.fsdp import decoder_layers, gathered_for_generation, shard_model
+from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy
 
 TOLERANCE = 1e-5
 
@@ -39,9 +35,31 @@ def loss_and_lora_grads(model, batch):
     return loss.detach(), grads
 
 
+ALL_GATHERS = []  # bytes received by each FSDP2 all-gather of this rank
+_all_gather_single = dist.all_gather_single
+
+
+def _counting_all_gather(output, *args, **kwargs):
+    ALL_GATHERS.append(output.numel() * output.element_size())
+    return _all_gather_single(output, *args, **kwargs)
+
+
+dist.all_gather_single = _counting_all_gather  # FSDP2 looks it up on every call
+
+
+def counted_all_gathers(fn):
+    ALL_GATHERS.clear()
+    result = fn()
+    return result, len(ALL_GATHERS), sum(ALL_GATHERS)
+
+
+def first_weight(model):
+    return decoder_layers(model.get_base_model())[0].self_attn.q_proj.base_layer.weight
+
+
 def greedy(model, batch):
     with torch.no_grad():
-        return model.generate(**batch, max_new_tokens=6, do_sample=False)
+        return model.generate(**batch, max_new_tokens=6, min_new_tokens=6, do_sample=False)
 
 
 def check(cfg: LMConfig, mesh) -> None:
@@ -66,7 +84,22 @@ def check(cfg: LMConfig, mesh) -> None:
         assert expected_grads[name].abs().max() > 0, name
         torch.testing.assert_close(grad, expected_grads[name], atol=TOLERANCE, rtol=0, msg=name)
 
-    assert torch.equal(greedy(sharded, batch), greedy(reference, batch))
+    expected_tokens = greedy(reference, batch)
+    tokens, per_forward, per_forward_bytes = counted_all_gathers(lambda: greedy(sharded, batch))
+    assert torch.equal(tokens, expected_tokens)
+    units = [m for m in sharded.modules() if isinstance(m, FSDPModule)]
+    with gathered_for_generation(sharded):
+        tokens, gathered, gathered_bytes = counted_all_gathers(lambda: greedy(sharded, batch))
+        assert torch.equal(tokens, expected_tokens)
+        assert not isinstance(first_weight(sharded), DTensor)  # held in full between forwards
+    assert isinstance(first_weight(sharded), DTensor)  # resharded on exit
+    assert gathered == len(units), (gathered, len(units))  # each unit gathered once for the whole call ...
+    assert per_forward >= 2 * gathered and per_forward_bytes >= 2 * gathered_bytes  # ... not once per generated token
+    sharded.zero_grad(set_to_none=True)  # training after a gathered generation is unchanged
+    loss, grads = loss_and_lora_grads(sharded, batch)
+    torch.testing.assert_close(loss, expected_loss, atol=TOLERANCE, rtol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], atol=TOLERANCE, rtol=0, msg=name)
     with torch.no_grad(), reference_policy(sharded), reference_policy(reference):
         torch.testing.assert_close(
             sharded(**batch).logits, reference(**batch).logits, atol=TOLERANCE, rtol=0

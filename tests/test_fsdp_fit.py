@@ -4,7 +4,9 @@ Greedy rollouts make the episodes independent of how groups are spread over rank
 2 ranks each rank plays one of the 2 groups, one process plays both. The world-model loss
 is a mean over groups and FSDP averages gradients over ranks, so the per-epoch losses must
 agree (the policy term is 0: greedy episodes of one group are identical, and the KL term is
-off because its token-mean would weigh the ranks' tokens differently).
+off because its token-mean would weigh the ranks' tokens differently). The FSDP2 fit rolls out
+with its weights gathered once per rollout (``fsdp2.yaml``); test_checkpoint_world_size.py
+fits FSDP2 with them gathered per forward.
 """
 from __future__ import annotations
 

@@ -180,12 +180,8 @@ class RolloutDataModule(LightningDataModule):
     def _collect(self, module, pool: str, tasks, group_size, temperature, seed, description):
         engine = GenerationEngine(module.lm, module.tokenizer, self.max_new_tokens)
         collector = Collector(self._pool(pool), engine, PromptBuilder(self.env_name, self.history_length), self.max_steps, self.invalid_penalty)
-        was_training = module.lm.training
-        module.lm.eval()
-        try:
+        with module.generating():
             return collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)
-        finally:
-            module.lm.train(was_training)
 
     @staticmethod
     def _my_groups(groups: int) -> range:

@@ -1,4 +1,4 @@
-"""Load the shared causal LM (policy = world model) with LoRA, and shard it with FSDP2.
+"""Load the shared causal LM (policy = world model) with LoRA (FSDP2 sharding: :mod:`paw_lightning.fsdp`).
 
 Where a model comes from (`LMConfig.name_or_path`), checked before anything heavy runs:
 
@@ -24,11 +24,8 @@ Deliberate simplifications:
   extra `pip install 'paw_lightning[qlora]'` and runs on CUDA GPUs and, with bitsandbytes
   >= 0.47, on CPUs (whose backend dequantises a weight in every matmul: slower than a
   plain model, but the base holds ≈ 0.5 byte per weight); other devices are refused with
-  a one-line error. Under FSDP2 (`shard_model`) the 4-bit weights are *replicated* on
-  every rank, not sharded: FSDP2 turns a sharded parameter into a plain DTensor and drops
-  bitsandbytes' `Params4bit.quant_state` (bitsandbytes issue #1945), and the frozen 4-bit
-  base is small (≈ 0.5 byte per weight) and needs no gradient reduction. Everything else
-  (LoRA, embeddings, norms) is sharded.
+  a one-line error. Under FSDP2 the 4-bit weights are replicated, not sharded (see
+  :mod:`paw_lightning.fsdp`).
 """
 
 from __future__ import annotations
@@ -52,10 +49,6 @@ import torch
 from huggingface_hub import constants as hub_constants
 from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
-from peft.tuners.lora import LoraLayer
-from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
@@ -338,59 +331,3 @@ def reference_policy(model: PeftModel) -> Iterator[None]:
     `torch.no_grad()` when only reference log-probs are needed."""
     with model.disable_adapter():
         yield
-
-
-def shard_model(
-    model: PeftModel,
-    device_mesh: DeviceMesh,
-    mp_policy: MixedPrecisionPolicy | None = None,
-    reshard_after_forward: bool = True,
-) -> PeftModel:
-    """Shard `model` in place with FSDP2 (`fully_shard`) over `device_mesh`; returns it.
-
-    Units: every decoder layer (its LoRA linears, trainable and frozen weights share
-    the unit: FSDP2 shards per parameter, so mixed `requires_grad` is fine); then the
-    LoRA linears outside any decoder layer (e.g. adapters on `lm_head`), each its own
-    unit, their frozen base weight left to the root; then the root, which is
-    `model.get_base_model()` and not the `PeftModel` wrapper, because
-    `PeftModel.generate` calls the base model directly and would skip a root hook on the
-    wrapper. bitsandbytes' 4-bit weights (QLoRA) stay out of every unit: replicated, not
-    sharded (see the module docstring).
-    """
-    base = model.get_base_model()
-    kwargs = dict(
-        mesh=device_mesh,
-        mp_policy=mp_policy or MixedPrecisionPolicy(),
-        reshard_after_forward=reshard_after_forward,
-        ignored_params={p for p in base.parameters() if type(p).__name__ == "Params4bit"} or None,
-    )
-    layers = decoder_layers(base)
-    for layer in layers:
-        fully_shard(layer, **kwargs)
-    inside = {id(m) for layer in layers for m in layer.modules()}
-    for module in base.modules():
-        if isinstance(module, LoraLayer) and id(module) not in inside:
-            for linear in (*module.lora_A.values(), *module.lora_B.values()):
-                fully_shard(linear, **kwargs)
-    fully_shard(base, **kwargs)
-    return model
-
-
-def fsdp_mixed_precision(precision: str | None) -> MixedPrecisionPolicy:
-    """FSDP2's policy for Lightning's ``trainer.precision``: ``bf16-mixed`` / ``16-mixed``
-    all-gather the weights and compute in bf16 / fp16 and reduce the gradients in float32
-    (the sharded weights, and so the optimizer, keep their own dtype); anything else
-    (``32-true``, ``bf16-true``, …) computes in the weights' own dtype."""
-    half = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(str(precision))
-    return MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
-
-
-def decoder_layers(base: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a HF model: modules whose class (or a base class, since
-    `fully_shard` subclasses it) is listed in the model's `_no_split_modules`, e.g.
-    `LlamaDecoderLayer`."""
-    names = set(getattr(base, "_no_split_modules", None) or [])
-    layers = [m for m in base.modules() if any(c.__name__ in names for c in type(m).__mro__)]
-    if not layers:
-        raise ValueError(f"found no decoder layers in {type(base).__name__} ({names=})")
-    return layers

@@ -18,7 +18,9 @@ weight 0 (a wasted forward/backward, but every rank must join the same collectiv
 """
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -30,9 +32,10 @@ from torchmetrics.functional.text import char_error_rate
 
 from paw_lightning import checkpointing, distributed
 from paw_lightning.callbacks.balancing import LossBalancer
+from paw_lightning.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
 from paw_lightning.memory import peak_memory_gib
 from paw_lightning.microbatch import micro_batches
-from paw_lightning.model import LMConfig, fsdp_mixed_precision, load_model, load_tokenizer, reference_policy, shard_model, training_attention_mask
+from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy, training_attention_mask
 from paw_lightning.objectives import PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.objectives.types import LossOutput
@@ -60,6 +63,11 @@ class PaWModule(LightningModule):
     max_grad_norm: clip the global gradient norm to this before each optimizer step;
         ``null``: no clipping (replaces ``trainer.gradient_clip_val``, which manual
         optimisation does not support).
+    gather_weights_for_generation: under FSDP2, keep the full weights gathered on every rank
+        for a whole rollout (one all-gather per weight) instead of gathering each decoder
+        layer for every generated token and freeing it after (see :mod:`paw_lightning.fsdp`):
+        much less communication, the full model's memory on every rank while generating.
+        No effect without FSDP2.
     """
 
     strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
@@ -74,6 +82,7 @@ class PaWModule(LightningModule):
         wm_eval_samples: int = 8,
         micro_batch_tokens: int | None = None,
         max_grad_norm: float | None = None,
+        gather_weights_for_generation: bool = False,
     ):
         super().__init__()
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
@@ -83,6 +92,7 @@ class PaWModule(LightningModule):
         self.automatic_optimization = False  # training_step accumulates micro-batches itself
         self.micro_batch_tokens = micro_batch_tokens
         self.max_grad_norm = max_grad_norm
+        self.gather_weights_for_generation = gather_weights_for_generation
         self.lm_config = lm or LMConfig()
         self.policy_objective = policy_objective or PolicyObjective()
         self.world_model_objective = world_model_objective
@@ -111,6 +121,19 @@ class PaWModule(LightningModule):
             shard_model(self.lm, self.device_mesh["data_parallel"], mp_policy=fsdp_mixed_precision(self.trainer.precision))
             if self.critic is not None:
                 fully_shard(self.value_head, mesh=self.device_mesh["data_parallel"])
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """Sampling mode for rollouts and free-running predictions: the LM in eval mode (no
+        dropout) and, with ``gather_weights_for_generation``, its FSDP2 weights gathered
+        until the block ends; both restored after."""
+        was_training = self.lm.training
+        self.lm.eval()
+        try:
+            with gathered_for_generation(self.lm, self.gather_weights_for_generation):
+                yield
+        finally:
+            self.lm.train(was_training)
 
     @property
     def critic(self):
@@ -357,11 +380,8 @@ class PaWModule(LightningModule):
             contexts.append(ids[~obs].tolist())
             targets.append(self.tokenizer.decode(ids[obs], skip_special_tokens=True).strip())
         budget = distributed.max_across_ranks(max((int(buffer.obs_mask[i].sum()) for i in indices), default=1)) + 8
-        was_training = self.lm.training
-        self.lm.eval()
-        engine = GenerationEngine(self.lm, self.tokenizer, budget)
-        predicted = engine.generate_ids(contexts, temperature=0.0, seed=0, stop=None)
-        self.lm.train(was_training)
+        with self.generating():
+            predicted = GenerationEngine(self.lm, self.tokenizer, budget).generate_ids(contexts, temperature=0.0, seed=0, stop=None)
         preds = [self.tokenizer.decode(p, skip_special_tokens=True).strip() for p in predicted]
         self.last_predictions = dict(zip(indices, preds))
         if not preds:
