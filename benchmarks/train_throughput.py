@@ -27,8 +27,9 @@ with the plain model side by side.
 
 Peak memory: CUDA: ``torch.cuda.max_memory_allocated`` (weights included), reset before each
 phase's warm-up. CPU: growth of the peak RSS over the RSS before the warm-up (weights
-excluded: they are paged in before, since transformers may mmap them; the peak is reset per
-phase through /proc/self/clear_refs, else ru_maxrss).
+excluded: they are paged in before, since transformers may mmap them; freed heap pages are
+returned to the OS first (glibc ``malloc_trim``) and the peak is reset per phase through
+/proc/self/clear_refs, else ru_maxrss).
 
 FLOPs (model FLOPs, so MFU, not HFU: the recomputation of ``--gradient-checkpointing`` is
 not counted). N = weights of the base linear layers incl. the LM head (tied or not), not the
@@ -55,6 +56,7 @@ position only), causal attention over the whole sequence. MFU = model FLOP/s ÷ 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -157,6 +159,10 @@ class PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             return
+        try:  # return freed heap pages to the OS, or a phase reusing them would show no growth
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:  # not glibc
+            pass
         with open("/proc/self/statm") as f:
             self.before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         try:
