@@ -1,7 +1,10 @@
 """Prompts, action parsing, the collector loop and step-sample masks, on hand-built cases."""
 
+import torch
+
 from paw_lightning.envs import EnvPool, make_env_factory
-from paw_lightning.model import LMConfig, load_tokenizer
+from paw_lightning.model import LMConfig, load_model, load_tokenizer
+from paw_lightning.rollout import engine as engine_lib
 from paw_lightning.rollout.collector import Collector, Trajectory, Step
 from paw_lightning.rollout.engine import Generation, GenerationEngine
 from paw_lightning.rollout.prompts import PromptBuilder, parse_action
@@ -93,6 +96,25 @@ def test_engine_cuts_at_stop_string_and_eos(tiny_model_dir):
     eos = tokenizer.eos_token_id
     assert engine._cut([5, 6, eos, eos, eos]) == [5, 6, eos]
     assert engine._cut([5, 6, tokenizer.pad_token_id]) == [5, 6]
+
+
+def test_stop_criterion_fires_on_the_stop_string_and_is_built_once(tiny_model_dir, monkeypatch):
+    cfg = LMConfig(name_or_path=str(tiny_model_dir))
+    tokenizer = load_tokenizer(cfg)
+    built = []
+    real = engine_lib.StopStringCriteria
+    monkeypatch.setattr(engine_lib, "StopStringCriteria", lambda *a: built.append(a) or real(*a))
+    monkeypatch.setattr(engine_lib, "_STOP_CRITERIA", engine_lib.weakref.WeakKeyDictionary())
+    engine = GenerationEngine(load_model(cfg), tokenizer, max_new_tokens=3)
+    for seed in range(3):  # one rollout step each, as the collector calls it
+        engine.generate(["go up", "go left"], temperature=1.0, seed=seed)
+    GenerationEngine(engine.model, tokenizer, max_new_tokens=3).generate(["go"], temperature=1.0, seed=0)  # the next rollout
+    assert len(built) == 1  # not once per generate call (HF's stop_strings would rebuild it every time)
+    criterion = engine_lib.stop_criterion(tokenizer, "</action>")
+    rows = [tokenizer.encode(text, add_special_tokens=False) for text in ("<action>Up</action>", "<action>Up</action> and on")]
+    width = max(map(len, rows))
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows])  # left-padded, as generate sees them
+    assert criterion(ids, scores=None).tolist() == [True, False]
 
 
 def test_step_sample_layout_and_masks(tiny_model_dir):

@@ -5,15 +5,33 @@ a rollout is reproducible (and a resumed run replays the same rollouts). The res
 cut right after the first ``</action>`` (the stop string) or after the end-of-turn token.
 Under FSDP2 every rank runs the same number of forward passes (``synced_gpus``), also a
 rank whose environments have all finished (it generates for a dummy prompt).
+
+The stop-string criterion is built once per tokenizer and stop string and reused: given
+``stop_strings``, ``generate`` rebuilds HF's ``StopStringCriteria`` on every call, which
+re-reads the whole vocabulary (0.21 s for SmolLM2's 49k tokens on a CPU, more for Qwen2.5's
+152k), once per step of every rollout.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteriaList, StopStringCriteria
 
 from paw_lightning import distributed
+
+
+_STOP_CRITERIA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer → {stop string → criterion}
+
+
+def stop_criterion(tokenizer: PreTrainedTokenizerBase, stop: str) -> StopStringCriteria:
+    """HF's criterion that ends a row once its text contains ``stop``, built once per
+    tokenizer and stop string (it is stateless across ``generate`` calls)."""
+    per_tokenizer = _STOP_CRITERIA.setdefault(tokenizer, {})
+    if stop not in per_tokenizer:
+        per_tokenizer[stop] = StopStringCriteria(tokenizer, [stop])
+    return per_tokenizer[stop]
 
 
 @dataclass
@@ -65,17 +83,17 @@ class GenerationEngine:
         config = GenerationConfig(
             **sampling,
             max_new_tokens=max_new_tokens or self.max_new_tokens,
-            stop_strings=[stop] if stop else None,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
+        stopping = StoppingCriteriaList([stop_criterion(self.tokenizer, stop)] if stop else [])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
-                tokenizer=self.tokenizer,
+                stopping_criteria=stopping,
                 synced_gpus=distributed.is_distributed(),
             )
         new_tokens = out[:, input_ids.shape[1] :].tolist()
