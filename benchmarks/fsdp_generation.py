@@ -15,8 +15,8 @@ GPU per rank) and times the same ``generate`` call in both modes, alternated, af
 warm-up each. Each rank generates ``--batch`` rows of ``--prompt-tokens`` random ids with
 ``min_new_tokens = max_new_tokens = --new-tokens`` (temperature 1, seeded: both modes must
 sample the same tokens, which is checked). Per mode: median seconds (slowest rank), new
-tokens/s over all ranks, FSDP2 all-gathers per call and bytes each rank receives (counted by
-wrapping ``torch.distributed.all_gather_single``), and each rank's peak memory during the
+tokens/s over all ranks, FSDP2 all-gathers per call and bytes each rank receives
+(``paw_lightning.fsdp.count_all_gathers``), and each rank's peak memory during the
 call (CUDA: ``max_memory_allocated``, CPU: peak-RSS growth, as in train_throughput.py).
 
     python benchmarks/fsdp_generation.py                     # 2 CPU processes, embedded SmolLM2-135M
@@ -42,19 +42,9 @@ from transformers import GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from paw_lightning import distributed
-from paw_lightning.fsdp import gathered_for_generation, shard_model
+from paw_lightning.fsdp import count_all_gathers, gathered_for_generation, shard_model
 
 MODES = {"per forward": False, "gathered": True}
-RECEIVED = []  # bytes of each all-gather output on this rank
-
-
-def _counting_all_gather_single(output, *args, **kwargs):
-    RECEIVED.append(output.numel() * output.element_size())
-    return _all_gather_single(output, *args, **kwargs)
-
-
-_all_gather_single = dist.all_gather_single
-dist.all_gather_single = _counting_all_gather_single  # FSDP2 looks it up at every all-gather
 
 
 def parse_args() -> argparse.Namespace:
@@ -90,15 +80,14 @@ def measure(step, gathered: bool, seed: int, model, device: torch.device) -> dic
     """One generate call in one mode: seconds, all-gathers, bytes received, peak memory, tokens."""
     memory = PeakMemory(device)
     memory.reset()
-    RECEIVED.clear()
     dist.barrier()
     start = time.perf_counter()
-    with gathered_for_generation(model, gathered):
+    with count_all_gathers() as received, gathered_for_generation(model, gathered):
         tokens = step(seed)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "all_gathers": len(RECEIVED), "received": sum(RECEIVED), "peak": memory.peak(), "tokens": tokens}
+    return {"seconds": seconds, "all_gathers": len(received), "received": sum(received), "peak": memory.peak(), "tokens": tokens}
 
 
 def worker(args: argparse.Namespace) -> None:

@@ -17,7 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from paw_lightning.fsdp import decoder_layers, gathered_for_generation, shard_model
+from paw_lightning.fsdp import count_all_gathers, decoder_layers, gathered_for_generation, shard_model
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy
 
 TOLERANCE = 1e-5
@@ -35,22 +35,11 @@ def loss_and_lora_grads(model, batch):
     return loss.detach(), grads
 
 
-ALL_GATHERS = []  # bytes received by each FSDP2 all-gather of this rank
-_all_gather_single = dist.all_gather_single
-
-
-def _counting_all_gather(output, *args, **kwargs):
-    ALL_GATHERS.append(output.numel() * output.element_size())
-    return _all_gather_single(output, *args, **kwargs)
-
-
-dist.all_gather_single = _counting_all_gather  # FSDP2 looks it up on every call
-
-
 def counted_all_gathers(fn):
-    ALL_GATHERS.clear()
-    result = fn()
-    return result, len(ALL_GATHERS), sum(ALL_GATHERS)
+    """fn(), the number of all-gathers it ran on this rank and the bytes they received."""
+    with count_all_gathers() as received:
+        result = fn()
+    return result, len(received), sum(received)
 
 
 def first_weight(model):

@@ -13,7 +13,8 @@ received. Inside the context the units stay gathered after their first forward, 
 gathers every weight once, at the price of the full model (in the all-gather dtype, bf16
 under ``bf16-mixed``) resident on every rank while it generates. ``PaWModule``'s
 ``gather_weights_for_generation`` chooses: off (default) is the memory floor, on is the fast
-path for models that fit one device (the paper's 1.5B and 7B presets turn it on).
+path for models that fit one device (the FSDP2 presets turn it on). `count_all_gathers`
+measures the difference (tests, benchmarks/fsdp_generation.py).
 
 QLoRA: bitsandbytes' 4-bit weights stay out of every unit, replicated rather than
 sharded: FSDP2 turns a sharded parameter into a plain DTensor and drops
@@ -27,6 +28,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 from torch import nn
@@ -82,6 +84,26 @@ def gathered_for_generation(model: nn.Module, enabled: bool = True) -> Iterator[
         for unit in units:
             unit.reshard()
             unit.set_reshard_after_forward(True, recurse=False)
+
+
+@contextlib.contextmanager
+def count_all_gathers() -> Iterator[list[int]]:
+    """Inside, every all-gather this process runs appends the bytes it receives to the
+    yielded list: FSDP2 gathers a unit's weights with one ``torch.distributed`` all-gather
+    (``all_gather_single``; ``all_gather_into_tensor`` in older torch), looked up at each call,
+    so wrapping that function counts them. For tests and benchmarks; not thread-safe."""
+    name = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+    original, received = getattr(dist, name), []
+
+    def counting(output, *args, **kwargs):
+        received.append(output.numel() * output.element_size())
+        return original(output, *args, **kwargs)
+
+    setattr(dist, name, counting)
+    try:
+        yield received
+    finally:
+        setattr(dist, name, original)
 
 
 def fsdp_mixed_precision(precision: str | None) -> MixedPrecisionPolicy:

@@ -7,9 +7,9 @@ Under FSDP2 every rank runs the same number of forward passes (``synced_gpus``),
 rank whose environments have all finished (it generates for a dummy prompt).
 
 The stop-string criterion is built once per tokenizer and stop string and reused: given
-``stop_strings``, ``generate`` rebuilds HF's ``StopStringCriteria`` on every call, which
-re-reads the whole vocabulary (0.21 s for SmolLM2's 49k tokens on a CPU, more for Qwen2.5's
-152k), once per step of every rollout.
+``stop_strings``, ``generate`` would rebuild HF's ``StopStringCriteria``, which reads the
+whole vocabulary, at every step of every rollout (0.21 s per call for SmolLM2's 49k tokens on
+a CPU; Qwen2.5 has 152k).
 """
 from __future__ import annotations
 
