@@ -42,6 +42,14 @@ def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monke
                 "val/episode/success_rate", "val/episode/return_mean", "val/episode/episode_length",
                 "val/episode/invalid_rate", "val/wm/nll", "val/wm/token_acc", "val/wm/exact_match", "val/wm/cer"):
         assert len(metric_history(client, run, key)) == 2, key  # one value per epoch
+    # where the last iteration's time went: seconds per phase, tokens/s = this rollout's tokens / seconds
+    perf = {key: metric_history(client, run, f"train/perf/{key}") for key in ("rollout_s", "scoring_s", "update_s", "rollout_tokens_per_s", "update_tokens_per_s")}
+    assert all(len(values) == 2 and min(values) > 0 for values in perf.values()), perf
+    buffer = cli.datamodule.rollout  # the last update's samples, as trained (unselected transitions cut after the response)
+    generated = sum(int(mask.sum()) for mask in buffer.action_mask)
+    trained = sum(ids.numel() for ids in buffer.input_ids) * cli.datamodule.ppo_epochs
+    assert abs(perf["rollout_tokens_per_s"][-1] * perf["rollout_s"][-1] - generated) < 1e-6 * generated
+    assert abs(perf["update_tokens_per_s"][-1] * perf["update_s"][-1] - trained) < 1e-6 * trained
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
     assert "config.yaml" in artifacts
     config = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))

@@ -17,6 +17,12 @@ import torch
 from helpers import ROOT, fit_in_subprocess, metric_history
 
 
+def tokens(client, run, phase: str) -> list[float]:
+    """Tokens of a ``train/perf`` phase per epoch: tokens/s × seconds."""
+    rates, seconds = (metric_history(client, run, f"train/perf/{phase}{suffix}") for suffix in ("_tokens_per_s", "_s"))
+    return [r * s for r, s in zip(rates, seconds)]
+
+
 def test_fsdp2_and_ddp_two_processes_match_one(tiny_model_dir, tmp_path):
     client1, (single,) = fit_in_subprocess(tiny_model_dir, tmp_path / "single")
     for name, extra in {"fsdp2": ["-c", str(ROOT / "configs/scale/fsdp2.yaml")], "ddp": ["--trainer.strategy=ddp", "--trainer.devices=2"]}.items():
@@ -25,6 +31,9 @@ def test_fsdp2_and_ddp_two_processes_match_one(tiny_model_dir, tmp_path):
             one, two = metric_history(client1, single, key), metric_history(client2, parallel, key)
             assert len(one) == len(two) == 2, (name, key)
             assert all(abs(a - b) < 1e-4 for a, b in zip(one, two)), (name, key, one, two)
+        for phase in ("rollout", "update"):  # tokens summed over the ranks: the same episodes and samples as one process
+            one, two = (tokens(client, run, phase) for client, run in ((client1, single), (client2, parallel)))
+            assert len(one) == len(two) == 2 and all(abs(a - b) < 1e-6 * a for a, b in zip(one, two)), (name, phase, one, two)
         peaks = [metric_history(client2, parallel, f"train/memory/peak_gib/rank_{r}") for r in (0, 1)]
         assert all(len(p) == 2 and 0.05 < p[-1] < 64 for p in peaks), (name, peaks)  # each rank's peak RSS in GiB
         assert metric_history(client2, parallel, "train/memory/peak_gib") == [max(a, b) for a, b in zip(*peaks)]

@@ -6,6 +6,8 @@
 3. runs the module's scoring pass (π_old, reference log-probs, action entropies),
 4. fills the advantages with the policy objective's estimator,
 5. yields ``ppo_epochs`` passes of shuffled mini-batches.
+Steps 1 and 2–4 are timed as the ``rollout`` and ``scoring`` phases of ``train/perf/*``
+(:mod:`paw_lightning.perf`; the module times the optimisation).
 Validation and test collect episodes on fixed held-out task seeds at ``val_temperature``,
 when their loader is iterated, i.e. at every evaluation with the weights of that moment
 (Lightning requests the validation loader once before the first training epoch: an eager
@@ -126,9 +128,14 @@ class RolloutDataModule(LightningDataModule):
         module = self.trainer.lightning_module
         epoch = self.trainer.current_epoch
         tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.groups)]
-        trajectories = self._collect(module, "train", tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
-        buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens, world_model=module.world_model_objective is not None)
-        module.prepare_update(buffer)
+        clock = module.clock
+        clock.reset()
+        with clock.phase("rollout", module.device):
+            trajectories = self._collect(module, "train", tasks, self.group_size, self.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
+        clock.count("rollout", sum(len(step.response_ids) for traj in trajectories for step in traj.steps))
+        with clock.phase("scoring", module.device):
+            buffer = build_buffer(trajectories, module.tokenizer, self.max_obs_tokens, world_model=module.world_model_objective is not None)
+            module.prepare_update(buffer)
         self.rollout = buffer
         self.episode_metrics["train"] = episode_metrics(trajectories)
         batches = []

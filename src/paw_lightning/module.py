@@ -39,6 +39,7 @@ from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_
 from paw_lightning.objectives import PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.objectives.types import LossOutput
+from paw_lightning.perf import EpochClock
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
 
@@ -106,6 +107,7 @@ class PaWModule(LightningModule):
         self.update_metrics: dict[str, float] = {}  # diagnostics of the current update's preparation
         self.last_predictions: dict[int, str] = {}  # free-running o_{t+1} of the latest evaluation (sample index → text)
         self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
+        self.clock = EpochClock()  # train/perf/*: the data module times the rollout and scoring, training_step the update
 
     # ----------------------------------------------------------------- set-up
     def configure_model(self) -> None:
@@ -280,16 +282,18 @@ class PaWModule(LightningModule):
         totals = self.loss_totals(batch)
         parts = micro_batches(batch, self.micro_batch_tokens)
         metrics: dict[str, torch.Tensor] = {}
-        # every rank runs as many forward/backward passes as the busiest one (FSDP2/DDP collectives):
-        # a rank with fewer repeats its last micro-batch with weight 0
-        for k in range(distributed.max_across_ranks(len(parts))):
-            micro, weight = (parts[k], 1.0) if k < len(parts) else (parts[-1], 0.0)
-            out = self.compute_loss(micro, totals)
-            self.manual_backward(out.loss * weight)
-            for key, value in out.metrics.items():
-                metrics[key] = metrics.get(key, 0.0) + weight * value  # micro-batch shares add up to the mini-batch's value
-        optimizer.step()  # gradient clipping: on_before_optimizer_step
-        optimizer.zero_grad(set_to_none=True)
+        with self.clock.phase("update", self.device):
+            # every rank runs as many forward/backward passes as the busiest one (FSDP2/DDP collectives):
+            # a rank with fewer repeats its last micro-batch with weight 0
+            for k in range(distributed.max_across_ranks(len(parts))):
+                micro, weight = (parts[k], 1.0) if k < len(parts) else (parts[-1], 0.0)
+                out = self.compute_loss(micro, totals)
+                self.manual_backward(out.loss * weight)
+                for key, value in out.metrics.items():
+                    metrics[key] = metrics.get(key, 0.0) + weight * value  # micro-batch shares add up to the mini-batch's value
+            optimizer.step()  # gradient clipping: on_before_optimizer_step
+            optimizer.zero_grad(set_to_none=True)
+        self.clock.count("update", batch["attention_mask"].sum())
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
         return metrics["loss"]
 
@@ -337,10 +341,12 @@ class PaWModule(LightningModule):
 
     def on_train_epoch_end(self) -> None:
         """Peak memory (GPU: allocated tensors; CPU: peak RSS): ``train/memory/peak_gib`` is the
-        max over ranks and, with several ranks, ``train/memory/peak_gib/rank_<r>`` each rank's."""
-        peaks = distributed.gather_floats(peak_memory_gib(self.device))  # a collective: every rank
+        max over ranks and, with several ranks, ``train/memory/peak_gib/rank_<r>`` each rank's;
+        and the iteration's time split and throughput, ``train/perf/*`` (:mod:`paw_lightning.perf`)."""
+        peaks = distributed.gather_floats(peak_memory_gib(self.device))  # collectives: every rank
         per_rank = {f"train/memory/peak_gib/rank_{r}": peak for r, peak in enumerate(peaks)} if len(peaks) > 1 else {}
-        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank}, rank_zero_only=True)
+        perf = {f"train/{k}": v for k, v in self.clock.metrics().items()}
+        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, rank_zero_only=True)
 
     def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:
         """λ of each sample's group, as set by the balancing callback."""
