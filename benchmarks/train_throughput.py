@@ -4,7 +4,8 @@ Device: CUDA if available, else CPU. The model is loaded as training loads it
 (``LMConfig`` + ``load_model``: base LM in ``--dtype`` with fresh LoRA adapters r=16,
 alpha=32 on all linear layers), or with ``--random 1.5b`` built in code: a randomly
 initialised Qwen2 model with Qwen2.5-1.5B's dimensions (no download), LoRA added with the
-same ``LoraConfig`` as ``load_model``, the embedded model's tokenizer (pad/eos ids only).
+same ``LoraConfig`` as ``load_model``, and the test tokenizer built in code (only its
+pad/eos ids are used: the token ids are random), so ``--random`` needs no model file.
 
 Phases, each one warm-up iteration then ``--reps`` timed ones (median; CUDA synchronised):
 
@@ -74,6 +75,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 from transformers.utils import logging as hf_logging
 
 from paw_lightning.model import LMConfig, load_model, load_tokenizer
+from paw_lightning.testing import build_tiny_tokenizer
 
 # Dense bf16 tensor-core peak, TFLOPS; the first key contained in the device name wins.
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
@@ -118,7 +120,7 @@ def build(args: argparse.Namespace, device: torch.device):
         base.activation_checkpointing_enable({"use_reentrant": False})
         base.enable_input_require_grads()
     lora = LoraConfig(r=lm.lora_r, lora_alpha=lm.lora_alpha, lora_dropout=lm.lora_dropout, target_modules=lm.lora_target_modules, task_type="CAUSAL_LM")
-    return get_peft_model(base, lora), load_tokenizer(LMConfig()), f"random Qwen2 {args.random}"
+    return get_peft_model(base, lora), build_tiny_tokenizer(), f"random Qwen2 {args.random}"
 
 
 def model_sizes(model) -> dict:
