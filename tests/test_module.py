@@ -122,3 +122,26 @@ def test_only_selected_transitions_keep_their_world_model_segment_and_the_loss_i
     for key in ("wm/loss", "wm/selected_fraction", "wm/clipped_ratio", "policy/kl"):
         assert torch.allclose(torch.as_tensor(cut_out.metrics[key]), torch.as_tensor(full_out.metrics[key]), atol=1e-5), key
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(cut_grads, full_grads))
+
+
+def test_free_running_prediction_is_scored_on_the_observation_length(tiny_model_dir, monkeypatch):
+    """The world model never learns where an observation ends, so a prediction is cut to the true
+    observation's token count before scoring: of a correct prediction that runs on and one with a
+    wrong character, exact match is 1/2 and the corpus CER 1 edit / 22 target characters."""
+    module = make_module(tiny_model_dir)
+    buffer = rollout(module, n_groups=1, steps=1)  # 2 transitions, true next observation "obs 0 0\n_P_"
+    observations = [buffer.input_ids[i][buffer.obs_mask[i]].tolist() for i in range(len(buffer))]
+    garbage = module.tokenizer.encode(" and then more text", add_special_tokens=False)
+    wrong = module.tokenizer.encode("obs 0 1\n_P_", add_special_tokens=False)
+    budgets = []
+
+    def generate_ids(self, prompt_ids, temperature, seed, max_new_tokens=None, stop=None):
+        budgets.append(self.max_new_tokens)
+        return [observations[0] + garbage, wrong + garbage]
+
+    monkeypatch.setattr(module_lib.GenerationEngine, "generate_ids", generate_ids)
+    metrics = module.predict_observations(buffer, n=2)
+    assert budgets == [len(observations[0])]  # no more tokens than the longest true observation
+    assert module.last_predictions == {0: "obs 0 0\n_P_", 1: "obs 0 1\n_P_"}
+    assert metrics["exact_match"] == 0.5
+    assert math.isclose(metrics["cer"], 1 / 22, abs_tol=1e-7)  # one substitution over both targets' 2 × 11 characters

@@ -378,17 +378,22 @@ class PaWModule(LightningModule):
     def predict_observations(self, buffer: RolloutBuffer, n: int) -> dict[str, float]:
         """Greedy free-running prediction of o_{t+1} from (h_t, a_t) for ``n`` transitions spread
         over the buffer: exact match and character error rate against the true observation.
-        The predictions stay in ``last_predictions`` (sample index → text) for the trajectory table."""
+        Each prediction is exactly as many tokens as the true observation (or fewer, if the model
+        ends its turn): the model is never trained on where an observation ends (the template's
+        end-of-turn tokens are outside ``obs_mask``, METHODS.md §1), so an unbounded prediction
+        would run on and count the overrun as errors (a CER above 1). The predictions stay in
+        ``last_predictions`` (sample index → text) for the trajectory table."""
         indices = spread_indices(len(buffer), n)
-        contexts, targets = [], []
+        contexts, targets, lengths = [], [], []
         for i in indices:
             ids, obs = buffer.input_ids[i], buffer.obs_mask[i]
             contexts.append(ids[~obs].tolist())
             targets.append(self.tokenizer.decode(ids[obs], skip_special_tokens=True).strip())
-        budget = distributed.max_across_ranks(max((int(buffer.obs_mask[i].sum()) for i in indices), default=1)) + 8
+            lengths.append(int(obs.sum()))
+        budget = distributed.max_across_ranks(max([1, *lengths]))  # every rank generates as many tokens (synced forwards)
         with self.generating():
             predicted = GenerationEngine(self.lm, self.tokenizer, budget).generate_ids(contexts, temperature=0.0, seed=0, stop=None)
-        preds = [self.tokenizer.decode(p, skip_special_tokens=True).strip() for p in predicted]
+        preds = [self.tokenizer.decode(p[:length], skip_special_tokens=True).strip() for p, length in zip(predicted, lengths)]
         self.last_predictions = dict(zip(indices, preds))
         if not preds:
             return {}
