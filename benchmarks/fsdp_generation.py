@@ -5,7 +5,7 @@ generates (:mod:`paw_lightning.fsdp`):
 
 - ``per forward`` (false, the default): every decoder layer is all-gathered before each
   forward and freed after it, i.e. the whole model is gathered again for every generated
-  token; peak memory: the shard plus about one layer;
+  token; peak memory: the shard plus a unit or two (FSDP2 prefetches the next);
 - ``gathered`` (true, the scale presets): each unit is gathered at its first forward and
   kept until the rollout ends; peak memory: the shard plus the full model.
 

@@ -3,8 +3,8 @@
 Sharding (`shard_model`): every decoder layer is one FSDP2 unit, then each LoRA linear
 outside the layers, then the root. Each rank stores 1/world of every sharded weight; a
 unit's full weights are all-gathered just before its forward (or backward) and freed right
-after (``reshard_after_forward=True``), so at any moment a rank holds its shards plus about
-one decoder layer in full.
+after (``reshard_after_forward=True``), so at any moment a rank holds its shards plus one or
+two units in full (FSDP2 prefetches the next unit's weights).
 
 Generation (`gathered_for_generation`): an autoregressive rollout runs one forward per
 generated token, and with the weights resharded after every forward each token all-gathers
