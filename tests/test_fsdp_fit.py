@@ -26,7 +26,9 @@ def tokens(client, run, phase: str) -> list[float]:
 def test_fsdp2_and_ddp_two_processes_match_one(tiny_model_dir, tmp_path):
     client1, (single,) = fit_in_subprocess(tiny_model_dir, tmp_path / "single")
     for name, extra in {"fsdp2": ["-c", str(ROOT / "configs/scale/fsdp2.yaml")], "ddp": ["--trainer.strategy=ddp", "--trainer.devices=2"]}.items():
-        client2, (parallel,) = fit_in_subprocess(tiny_model_dir, tmp_path / name, *extra)
+        # with Lightning's progress bar, as users run: on rank 0 it syncs the epoch's metrics at epoch end (a hang if
+        # a collective ran in on_train_epoch_end before the other ranks' matching syncs)
+        client2, (parallel,) = fit_in_subprocess(tiny_model_dir, tmp_path / name, *extra, "--trainer.enable_progress_bar=true")
         for key in ("train/wm/weighted_loss", "train/loss", "train/episode/return_mean", "val/episode/return_mean"):
             one, two = metric_history(client1, single, key), metric_history(client2, parallel, key)
             assert len(one) == len(two) == 2, (name, key)

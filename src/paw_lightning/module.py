@@ -295,6 +295,8 @@ class PaWModule(LightningModule):
             optimizer.zero_grad(set_to_none=True)
         self.clock.count("update", batch["attention_mask"].sum())
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
+        if batch_idx == self.trainer.num_training_batches - 1:  # the update's last step: every rank is here
+            self._log_update_summary()
         return metrics["loss"]
 
     def compute_loss(self, batch: dict, totals: dict | None = None) -> LossOutput:
@@ -339,14 +341,19 @@ class PaWModule(LightningModule):
         if self.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
 
-    def on_train_epoch_end(self) -> None:
+    def _log_update_summary(self) -> None:
         """Peak memory (GPU: allocated tensors; CPU: peak RSS): ``train/memory/peak_gib`` is the
         max over ranks and, with several ranks, ``train/memory/peak_gib/rank_<r>`` each rank's;
-        and the iteration's time split and throughput, ``train/perf/*`` (:mod:`paw_lightning.perf`)."""
-        peaks = distributed.gather_floats(peak_memory_gib(self.device))  # collectives: every rank
+        and the iteration's time split and throughput, ``train/perf/*`` (:mod:`paw_lightning.perf`).
+
+        Called at the end of the update's last training step, not in ``on_train_epoch_end``: these
+        are collectives, and at epoch end Lightning's progress bar, on rank 0 only, first syncs
+        the epoch's ``sync_dist`` metrics (collectives the other ranks run later), so a
+        collective in that hook would pair with the wrong operation and hang."""
+        peaks = distributed.gather_floats(peak_memory_gib(self.device))
         per_rank = {f"train/memory/peak_gib/rank_{r}": peak for r, peak in enumerate(peaks)} if len(peaks) > 1 else {}
         perf = {f"train/{k}": v for k, v in self.clock.metrics().items()}
-        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, rank_zero_only=True)
+        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, on_step=False, on_epoch=True, rank_zero_only=True)
 
     def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:
         """λ of each sample's group, as set by the balancing callback."""
