@@ -12,7 +12,8 @@ generates (:mod:`paw_lightning.fsdp`):
 This script shards one model over ``--nproc`` ranks exactly as training does (``load_model``
 or ``--random 1.5b``, then ``shard_model`` over a 1-D mesh: gloo on CPU, NCCL on GPUs, one
 GPU per rank) and times the same ``generate`` call in both modes, alternated, after one
-warm-up each. Each rank generates ``--batch`` rows of ``--prompt-tokens`` random ids with
+warm-up each. Each rank generates ``--batch`` rows of ``--prompt-tokens`` random ids (train_throughput.py's
+rollout step) with
 ``min_new_tokens = max_new_tokens = --new-tokens`` (temperature 1, seeded: both modes must
 sample the same tokens, which is checked). Per mode: median seconds (slowest rank), new
 tokens/s over all ranks, FSDP2 all-gathers per call and bytes each rank receives
@@ -37,8 +38,7 @@ import torch
 import torch.distributed as dist
 from machine import machine_load
 from torch.distributed.device_mesh import init_device_mesh
-from train_throughput import RANDOM_CONFIGS, PeakMemory, build, page_in
-from transformers import GenerationConfig
+from train_throughput import RANDOM_CONFIGS, PeakMemory, build, page_in, rollout_step
 from transformers.utils import logging as hf_logging
 
 from paw_lightning import distributed
@@ -61,19 +61,6 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     args.gradient_checkpointing, args.quantization = False, None  # what train_throughput.build reads
     return args
-
-
-def generate_step(model, tokenizer, args, device):
-    ids = torch.randint(model.config.vocab_size, (args.batch, args.prompt_tokens), generator=torch.Generator().manual_seed(1 + distributed.rank())).to(device)
-    config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-
-    @torch.no_grad()
-    def step(seed: int) -> torch.Tensor:
-        torch.manual_seed(seed)
-        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config, synced_gpus=True)
-
-    return step
 
 
 def measure(step, gathered: bool, seed: int, model, device: torch.device) -> dict:
@@ -103,7 +90,7 @@ def worker(args: argparse.Namespace) -> None:
     page_in(model)
     shard_model(model, mesh)  # moves the shards to the mesh's device
     model.eval()
-    step = generate_step(model, tokenizer, args, device)
+    step = rollout_step(model, tokenizer, args, device)  # the same generate call as train_throughput.py's rollout phase
     results = {mode: [] for mode in MODES}
     for rep in range(args.reps + 1):  # rep 0 is the warm-up
         for mode, gathered in MODES.items():

@@ -222,10 +222,12 @@ def rollout_step(model, tokenizer, args, device):
                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
 
     @torch.no_grad()
-    def step(i: int) -> None:
+    def step(i: int) -> torch.Tensor:
         torch.manual_seed(i)
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+        # synced_gpus: under FSDP2 (benchmarks/fsdp_generation.py) every rank runs every forward
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config, synced_gpus=torch.distributed.is_initialized())
         assert out.shape[1] == args.prompt_tokens + args.new_tokens, out.shape
+        return out
 
     return step
 
