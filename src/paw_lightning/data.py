@@ -189,7 +189,8 @@ class RolloutDataModule(LightningDataModule):
 
     # -------------------------------------------------------------- helpers
     def _collect(self, module, pool: str, tasks, group_size, temperature, seed, description):
-        engine = GenerationEngine(module.lm, module.tokenizer, self.max_new_tokens)
+        token_stats = pool == "train" and module.old_logprobs == "rollout"  # π_old from the sampler (no scoring forward)
+        engine = GenerationEngine(module.lm, module.tokenizer, self.max_new_tokens, token_stats=token_stats)
         collector = Collector(self._pool(pool), engine, self.prompt, self.max_steps, self.invalid_penalty)
         with module.generating():
             return collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)

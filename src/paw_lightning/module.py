@@ -69,6 +69,13 @@ class PaWModule(LightningModule):
         layer for every generated token and freeing it after (see :mod:`paw_lightning.fsdp`):
         much less communication, the full model's memory on every rank while generating.
         No effect without FSDP2.
+    old_logprobs: where π_old (and the action entropy of the world-model selection) comes
+        from. ``recompute`` (default, as verl): a no-grad scoring forward over the update's
+        samples after the rollout. ``rollout``: the sampler's own log-probs and entropies,
+        read from the logits that generated each token (see
+        :mod:`paw_lightning.rollout.engine`), so the scoring forward runs only when the KL
+        term (π_ref) or PPO's critic (V(h_t)) needs one. Same values up to floating-point
+        rounding; ``rollout`` saves one forward over every sample per RL iteration.
     """
 
     strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
@@ -84,12 +91,16 @@ class PaWModule(LightningModule):
         micro_batch_tokens: int | None = None,
         max_grad_norm: float | None = None,
         gather_weights_for_generation: bool = False,
+        old_logprobs: str = "recompute",
     ):
         super().__init__()
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
             raise ValueError(f"model.micro_batch_tokens must be at least 1 or null (got {micro_batch_tokens})")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"model.max_grad_norm must be positive or null (got {max_grad_norm})")
+        if old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"model.old_logprobs must be 'recompute' or 'rollout' (got {old_logprobs!r})")
+        self.old_logprobs = old_logprobs
         self.automatic_optimization = False  # training_step accumulates micro-batches itself
         self.micro_batch_tokens = micro_batch_tokens
         self.max_grad_norm = max_grad_norm
@@ -234,7 +245,16 @@ class PaWModule(LightningModule):
         """The scoring pass: π_old log-probs, reference log-probs (adapters disabled, only when
         the KL term needs them) and each transition's mean action-token entropy (both
         estimators, see :mod:`paw_lightning.objectives.selection`). Every rank runs the same
-        number of forwards (FSDP2 collectives)."""
+        number of forwards (FSDP2 collectives). Skipped when the rollout already recorded π_old
+        and the entropies (``old_logprobs: rollout``) and neither π_ref nor V(h_t) is needed."""
+        from_rollout = self.old_logprobs == "rollout"  # the same decision on every rank (collectives)
+        if from_rollout:
+            if len(buffer.old_logprobs) != len(buffer):
+                raise RuntimeError("model.old_logprobs is 'rollout' but the rollout recorded no sampler log-probs: its engine must run with token_stats=True")
+            buffer.action_entropy = buffer.action_entropy or {"full": torch.zeros(0), "sampled": torch.zeros(0)}  # a rank without samples
+        policy_forward = not from_rollout or self.critic is not None  # V(h_t) comes from the adapters-on forward
+        if not policy_forward and not self.policy_objective.needs_reference:
+            return
         was_training = self.lm.training
         self.lm.eval()
         view = buffer.policy_view()  # no world-model segment: π_old, π_ref and entropies are read on actions only
@@ -243,31 +263,32 @@ class PaWModule(LightningModule):
         old, ref, values, entropy = [], [], [], {"full": [], "sampled": []}
         for k in range(n_forwards):
             if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
-                self.token_outputs(self._dummy_batch())
                 if self.policy_objective.needs_reference:
                     with reference_policy(self.lm):
                         self.token_outputs(self._dummy_batch())
+                if policy_forward:
+                    self.token_outputs(self._dummy_batch())
                 continue
             indices = chunks[k]
             batch = {key: v.to(self.device) for key, v in view.collate(indices).items()}
-            outputs = self.token_outputs(batch, entropy=True)
-            ref_lp = None
             if self.policy_objective.needs_reference:
                 with reference_policy(self.lm):
                     ref_lp = self.token_outputs(batch)["logprobs"]
+                ref += [ref_lp[row, : view.input_ids[i].numel()].cpu() for row, i in enumerate(indices)]
+            if not policy_forward:
+                continue
+            outputs = self.token_outputs(batch, entropy=True)
             if "values" in outputs:
                 values.append(outputs["values"].float().cpu())
             for name in entropy:
                 entropy[name].append(transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu())
-            for row, i in enumerate(indices):
-                n = view.input_ids[i].numel()
-                old.append(outputs["logprobs"][row, :n].cpu())
-                if ref_lp is not None:
-                    ref.append(ref_lp[row, :n].cpu())
-        buffer.old_logprobs, buffer.ref_logprobs = old, ref
+            old += [outputs["logprobs"][row, : view.input_ids[i].numel()].cpu() for row, i in enumerate(indices)]
+        buffer.ref_logprobs = ref
         if values:
             buffer.info.values = torch.cat(values)
-        buffer.action_entropy = {name: torch.cat(values) if values else torch.zeros(0) for name, values in entropy.items()}
+        if policy_forward:
+            buffer.old_logprobs = old
+            buffer.action_entropy = {name: torch.cat(values) if values else torch.zeros(0) for name, values in entropy.items()}
         self.lm.train(was_training)
 
     def _dummy_batch(self) -> dict[str, torch.Tensor]:

@@ -34,6 +34,8 @@ class Step:
     next_observation: str
     done: bool
     penalty: float = 0.0  # the invalid-action penalty included in ``reward`` (0 on a valid step)
+    logprobs: list[float] = field(default_factory=list)  # per response token, from the sampler (engine ``token_stats``)
+    entropies: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Collector:
                     task, prev_obs, _, history = state[i]
                     penalty = self.invalid_penalty if action is None else 0.0
                     done = done or t == self.max_steps - 1
-                    step = Step(prev_obs, gen.prompt_ids, gen.response_ids, gen.text, action, reward + penalty, obs, done, penalty)
+                    step = Step(prev_obs, gen.prompt_ids, gen.response_ids, gen.text, action, reward + penalty, obs, done, penalty, gen.logprobs, gen.entropies)
                     trajs[i].steps.append(step)
                     trajs[i].won = bool(info.get("won", False))
                     if info.get("error"):

@@ -6,6 +6,13 @@ cut right after the first ``</action>`` (the stop string) or after the end-of-tu
 Under FSDP2 every rank runs the same number of forward passes (``synced_gpus``), also a
 rank whose environments have all finished (it generates for a dummy prompt).
 
+With ``token_stats=True`` each response also carries, per generated token, its log-prob
+``log π_θ(a_i | h, a_<i)`` and the entropy of the full next-token distribution, both read
+from the raw (untempered) logits of the very forward that sampled it: π_old and the
+action entropy of METHODS.md §2/§3a without a second forward (``model.old_logprobs:
+rollout``). They equal a re-computed forward up to floating-point rounding (the KV-cached,
+left-padded forward here vs the right-padded full forward of the scoring pass).
+
 The stop-string criterion is built once per tokenizer and stop string and reused: given
 ``stop_strings``, ``generate`` would rebuild HF's ``StopStringCriteria``, which reads the
 whole vocabulary, at every step of every rollout (0.21 s per call for SmolLM2's 49k tokens on
@@ -14,7 +21,7 @@ a CPU; Qwen2.5 has 152k).
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteriaList, StopStringCriteria
@@ -36,11 +43,14 @@ def stop_criterion(tokenizer: PreTrainedTokenizerBase, stop: str) -> StopStringC
 
 @dataclass
 class Generation:
-    """One sampled response: token ids of the chat-templated prompt and of the response."""
+    """One sampled response: token ids of the chat-templated prompt and of the response and,
+    with ``token_stats``, each response token's log-prob and next-token entropy (else empty)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     text: str
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
 
 
 def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
@@ -58,24 +68,38 @@ class GenerationEngine:
         model: the (possibly FSDP2-sharded) causal LM with LoRA adapters.
         tokenizer: its tokenizer (left padding is used for generation).
         max_new_tokens: response budget per step; a response ends after ``</action>``.
+        token_stats: also record each response token's log-prob and entropy (see the module
+            docstring).
     """
 
-    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int):
+    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, token_stats: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
+        self.token_stats = token_stats
 
     def generate(self, prompts: list[str], temperature: float, seed: int) -> list[Generation]:
         """Generate one response per prompt (an empty list is allowed: the rank then only keeps
         its peers' collectives going)."""
         prompt_ids = [chat_prompt_ids(self.tokenizer, p) for p in prompts]
-        responses = self.generate_ids(prompt_ids, temperature, seed)
-        return [Generation(ids, r, self.tokenizer.decode(r, skip_special_tokens=True)) for ids, r in zip(prompt_ids, responses)]
+        stats: list[tuple[list[float], list[float]]] = []
+        responses = self.generate_ids(prompt_ids, temperature, seed, token_stats=stats if self.token_stats else None)
+        stats = stats or [([], [])] * len(responses)
+        return [Generation(ids, r, self.tokenizer.decode(r, skip_special_tokens=True), lp, ent) for ids, r, (lp, ent) in zip(prompt_ids, responses, stats)]
 
     @torch.no_grad()
-    def generate_ids(self, prompt_ids: list[list[int]], temperature: float, seed: int, max_new_tokens: int | None = None, stop: str | None = "</action>") -> list[list[int]]:
+    def generate_ids(
+        self,
+        prompt_ids: list[list[int]],
+        temperature: float,
+        seed: int,
+        max_new_tokens: int | None = None,
+        stop: str | None = "</action>",
+        token_stats: list | None = None,
+    ) -> list[list[int]]:
         """Continue each token sequence; returns the new tokens, cut after ``stop`` (if given)
-        or after the end-of-turn token."""
+        or after the end-of-turn token. Given a list as ``token_stats``, appends to it one
+        ``(log-probs, entropies)`` pair of lists per row, as long as the row's new tokens."""
         batch = prompt_ids or [[self.tokenizer.eos_token_id]]
         input_ids, attention_mask = self._left_pad(batch)
         device = next(self.model.parameters()).device
@@ -95,9 +119,16 @@ class GenerationEngine:
                 generation_config=config,
                 stopping_criteria=stopping,
                 synced_gpus=distributed.is_distributed(),
+                output_logits=token_stats is not None,
+                return_dict_in_generate=token_stats is not None,
             )
-        new_tokens = out[:, input_ids.shape[1] :].tolist()
-        return [self._cut(row, stop) for row in new_tokens[: len(prompt_ids)]]
+        sequences = out.sequences if token_stats is not None else out
+        new = sequences[:, input_ids.shape[1] :]
+        rows = [self._cut(row, stop) for row in new.tolist()[: len(prompt_ids)]]
+        if token_stats is not None:
+            logprobs, entropies = _token_stats(out.logits, new)
+            token_stats += [(logprobs[i, : len(row)].tolist(), entropies[i, : len(row)].tolist()) for i, row in enumerate(rows)]
+        return rows
 
     def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(ids) for ids in batch)
@@ -121,3 +152,15 @@ class GenerationEngine:
                 if stop in text[-(len(stop) + 32) :]:
                     return row[: i + 1]
         return row
+
+
+def _token_stats(step_logits: tuple[torch.Tensor, ...], tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) log-prob of each generated token and entropy of its full next-token
+    distribution, from the raw logits of every generation step ((B, V) each), one step at a
+    time (never a (B, T, V) tensor)."""
+    logprobs, entropies = [], []
+    for t, logits in enumerate(step_logits):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        logprobs.append(logp.gather(-1, tokens[:, t : t + 1].to(logp.device)).squeeze(-1).cpu())
+        entropies.append(-(logp.exp() * logp).sum(-1).cpu())
+    return torch.stack(logprobs, dim=1), torch.stack(entropies, dim=1)

@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from paw_lightning.objectives.types import StepInfo
-from paw_lightning.rollout.collector import Trajectory
+from paw_lightning.rollout.collector import Step, Trajectory
 
 _SENTINEL = "\x00PAW\x00"
 
@@ -166,7 +166,28 @@ def build_buffer(trajectories: list[Trajectory], tokenizer: PreTrainedTokenizerB
         anchor_obs=anchors,
         penalties=torch.tensor(penalties, dtype=torch.float32),
     )
-    return RolloutBuffer(input_ids, action_mask, obs_mask, torch.tensor(prompt_lengths, dtype=torch.long), info, trajectories)
+    buffer = RolloutBuffer(input_ids, action_mask, obs_mask, torch.tensor(prompt_lengths, dtype=torch.long), info, trajectories)
+    steps = [step for traj in trajectories for step in traj.steps]
+    if steps and all(len(s.logprobs) == len(s.response_ids) > 0 for s in steps):
+        buffer.old_logprobs, buffer.action_entropy = _sampler_stats(steps)
+    return buffer
+
+
+def _sampler_stats(steps: list[Step]) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """π_old and the per-transition action entropy (both estimators of
+    :mod:`paw_lightning.objectives.selection`) from the sampler's own per-token values:
+    old log-probs over ``[prompt][response]`` (0 on the prompt), the mean over the response
+    tokens of the full entropy and of ``−q log q``."""
+    old, full, sampled = [], [], []
+    for step in steps:
+        n_prompt = len(step.prompt_ids)
+        lp = torch.zeros(n_prompt + len(step.response_ids))
+        lp[n_prompt:] = torch.tensor(step.logprobs)
+        old.append(lp)
+        full.append(sum(step.entropies) / len(step.entropies))
+        q = lp[n_prompt:].exp()
+        sampled.append(float(-(q * lp[n_prompt:]).mean()))
+    return old, {"full": torch.tensor(full), "sampled": torch.tensor(sampled)}
 
 
 def spread_indices(length: int, n: int) -> list[int]:
