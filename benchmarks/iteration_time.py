@@ -15,9 +15,10 @@ variants start from a policy that answers in the format.
     python benchmarks/iteration_time.py --reps 5 --threads 1
     python benchmarks/iteration_time.py -- --model.lm.name_or_path=DIR   # after "--": CLI arguments of every fit
 
-Variants (``VARIANTS``): ``before``: verl-agent's prompt with K = 2 history and SPA's
-grid + coordinates observation; ``after``: the compact prompt, K = 0, coordinates only
-(the learning overlay's settings).
+Variants (``VARIANTS``): ``before``: verl-agent's prompt with K = 2 history, SPA's
+grid + coordinates observation and π_old recomputed by a scoring forward; ``after``: the
+learning overlay's settings: the compact prompt, K = 0, coordinates only, π_old from the
+sampler (``model.old_logprobs: rollout``).
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from machine import machine_load
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
-    "before": ["--data.prompt_style=verl", "--data.history_length=2", "--data.env_kwargs={size: 3, hole_prob: 0.2, layout: corners, observation: full}"],
+    "before": ["--data.prompt_style=verl", "--data.history_length=2", "--data.env_kwargs={size: 3, hole_prob: 0.2, layout: corners, observation: full}",
+               "--model.old_logprobs=recompute"],
     "after": [],
 }
 PHASES = ("rollout_s", "scoring_s", "update_s")

@@ -75,6 +75,8 @@ def test_fit_artifacts_and_resume_into_the_same_run(tiny_model_dir, tmp_path, mo
     run_id = run.info.run_id
     tags = run.data.tags
     assert (tags["env"], tags["algorithm"], tags["world_model_objective"]) == ("frozenlake", "grpo", "ClippedMAE")
+    assert run.info.run_name == "grpo+ClippedMAE/seed0"  # not MLflow's random name
+    assert client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
 
     # trajectory table: the transitions whose next observation was predicted free-running
     table = client.load_table(run.info.experiment_id, "trajectories/val_epoch0.json", run_ids=[run_id])

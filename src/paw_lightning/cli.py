@@ -69,6 +69,8 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
             "algorithm": ALGORITHM_NAMES.get(advantage, advantage.lower()),
             "world_model_objective": type(wm).__name__ if wm is not None else "none",
         }
+        if logger._run_name is None and not getattr(logger, "_resuming", False):  # named like the sweeps' runs, not at random
+            tags["mlflow.runName"] = f"{tags['algorithm']}+{tags['world_model_objective'] if wm is not None else 'vanilla'}/seed{datamodule.seed if datamodule is not None else 0}"
         for key, value in tags.items():
             client.set_tag(run_id, key, value)
         if datamodule is not None:

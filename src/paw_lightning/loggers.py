@@ -12,6 +12,9 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow 3's UI: genai_development (traces first) or custom_model_development
+
+
 def default_tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<cwd>/mlflow.db``."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
@@ -22,12 +25,17 @@ class PawMLFlowLogger(MLFlowLogger):
 
     Args:
         experiment_name: MLflow experiment (group runs you want to compare in one).
-        run_name: shown in the MLflow UI; default: MLflow's generated name.
+        run_name: shown in the MLflow UI; default: ``<algorithm>+<world-model objective>/seed<seed>``
+            (set by the CLI once the model is built, e.g. ``gigpo+ClippedMAE/seed0``), as the
+            sweeps name their runs.
         tracking_uri: ``sqlite:///path.db``, ``postgresql://…`` or an ``http://`` tracking
             server; default ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<cwd>/mlflow.db``.
         tags: extra run tags.
         run_id: log into this existing run (set by the CLI when ``fit`` resumes from a
             checkpoint that recorded its run); its status goes back to RUNNING.
+
+    Experiments it creates are model-training experiments (tag ``mlflow.experimentKind``), so
+    MLflow 3's UI opens them on the run list and metric charts, not the GenAI traces view.
 
     Metrics are logged with the epoch as their MLflow step (Lightning passes the global step;
     ``trainer.current_epoch`` rides along as the ``epoch`` metric), so train and validation
@@ -51,6 +59,8 @@ class PawMLFlowLogger(MLFlowLogger):
         client = MLFlowLogger.experiment.fget(self)
         if first and self._resuming:
             client.update_run(self._run_id, status="RUNNING")
+        if first and EXPERIMENT_KIND not in client.get_experiment(self._experiment_id).tags:
+            client.set_experiment_tag(self._experiment_id, EXPERIMENT_KIND, "custom_model_development")
         return client
 
     @rank_zero_only
