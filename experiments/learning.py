@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     overlay = env_config(args.overlay)  # a clear error for a missing file, before anything runs
     shared = ["-c", str(overlay), *extra]
     if not args.report_only:
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by every run
         client = mlflow.MlflowClient(uri)  # create the store and the experiment before parallel runs race to
         if client.get_experiment_by_name(args.experiment) is None:
             client.create_experiment(args.experiment)
         start = time.time()
-        warm_up(args, shared, out)
+        warm_up(args, shared, out)  # alone, with every core
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by every run
         points = [GridPoint(env=args.env, algorithm=args.algorithm, objective=objective, seed=seed, experiment_name=args.experiment, tracking_uri=uri, extra=shared)
                   for seed in args.seeds for objective in args.objectives]  # a seed's runs side by side: the same load for both
         results = run_points(points, out, args.jobs)
@@ -131,6 +131,16 @@ def train_series(client, run, keys: list[str]) -> list[float]:
     per_key = [dict(analysis.epoch_series(client, run, key)) for key in keys]
     epochs = sorted(set.intersection(*(set(p) for p in per_key)))
     return [sum(p[e] for p in per_key) for e in epochs]
+
+
+def validation_plan(client, run) -> str | None:
+    """What the run's validation played, e.g. ``32 held-out tasks × 1 episode, temperature 1.0``,
+    from the ``summary.json`` that RunSummary logged (``None`` for a run without one)."""
+    try:
+        path = client.download_artifacts(run.info.run_id, "summary.json")
+    except mlflow.exceptions.MlflowException:  # no summary logged (e.g. --summary.enabled=false)
+        return None
+    return json.loads(Path(path).read_text()).get("plan", "").removeprefix("val: ") or None
 
 
 def reduce_diagnostic(values: list[float], how: str) -> float | tuple[float, float] | None:
@@ -213,7 +223,9 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
             else:
                 cells.append(cell(values, how == "nonzero_share" or "clip" in keys[0], digits=1 if how == "median" else None))
         diag.append(f"| {args.algorithm} + {obj} | " + " | ".join(cells) + " |")
-    text = "\n".join([f"Held-out validation after {updates} updates (warm-up row: before the first update); "
+    plans = sorted({validation_plan(client, run) for seed_runs in by_objective.values() for run in seed_runs.values()} - {None})
+    plan = f" ({'; '.join(plans)})" if plans else ""
+    text = "\n".join([f"Held-out validation{plan} after {updates} updates (warm-up row: before the first update); "
                       "success, invalid and exact match in %, mean ± std over seeds.", "", *lines, *diag, ""])
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({obj: {str(seed): s for seed, s in v.items()} for obj, v in series.items()}, indent=1))

@@ -41,6 +41,7 @@ def store(tmp_path):
             client.log_metric(rid, "train/episode/success_rate", 0.1 * epoch, step=epoch)
             for phase in ("rollout_s", "scoring_s", "update_s"):
                 client.log_metric(rid, f"train/perf/{phase}", 10.0 + epoch, step=epoch)
+        client.log_text(rid, '{"plan": "val: 32 held-out tasks × 1 episode, temperature 1.0"}', "summary.json")  # as RunSummary logs it
         client.set_terminated(rid)
     return uri, tmp_path
 
@@ -64,7 +65,7 @@ def test_report_table_and_plot(store):
     assert rows["paw − vanilla (paired by seed)"][3] == "-0.400 ± 0.000"
     # diagnostics: 4 of 6 updates had a non-zero advantage; median of 30+3e per update = 37.5 s
     assert diag["gigpo + vanilla"][1:] == ["66.7 ± 0.0", "–", "37.5 ± 0.0"]
-    assert "after 6 updates" in text
+    assert "validation (32 held-out tasks × 1 episode, temperature 1.0) after 6 updates" in text
     # the rollouts' success 0.0, 0.1, …, 0.5 per update: first 0 %, last three 40 %
     assert "| gigpo + paw | 0.0 ± 0.0 | 40.0 ± 0.0 | +40.0 ± 0.0 | 2 |" in text
     assert (out / "results.md").read_text() in text and (out / "learning_curves.png").stat().st_size > 10_000
