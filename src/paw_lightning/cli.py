@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -204,6 +205,8 @@ def check_config_files(args: list[str]) -> None:
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``python -m paw_lightning`` and ``paw-lightning``."""
+    # Lightning's own use of a torch API that torch deprecated, once per training step: nothing a user can act on
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     try:
         check_config_files(list(sys.argv[1:] if args is None else args))
         PawCLI(args=args)

@@ -374,7 +374,7 @@ class PaWModule(LightningModule):
         peaks = distributed.gather_floats(peak_memory_gib(self.device))
         per_rank = {f"train/memory/peak_gib/rank_{r}": peak for r, peak in enumerate(peaks)} if len(peaks) > 1 else {}
         perf = {f"train/{k}": v for k, v in self.clock.metrics().items()}
-        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, on_step=False, on_epoch=True, rank_zero_only=True)
+        self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, on_step=False, on_epoch=True, rank_zero_only=True, batch_size=1)
 
     def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:
         """λ of each sample's group, as set by the balancing callback."""

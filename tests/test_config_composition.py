@@ -1,0 +1,93 @@
+"""Every overlay composes with every environment's config and changes only the keys it declares.
+
+An algorithm overlay (``configs/algorithms/``) owns the advantage estimator, an objective
+overlay (``configs/objectives/``) the world-model objective and the balancer, a scale overlay
+(``configs/scale/``) trainer, batch, precision and model-size keys. If each overlay changes
+only its own keys and no two families declare the same key, any combination
+``-c <env> -c <algorithm> -c <objective> -c <scale>`` means the same in any order: nothing an
+earlier overlay set is silently undone by a later one (e.g. an algorithm overlay turning the
+KL term back on). Parse only (``--print_config``): nothing is instantiated.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import yaml
+
+from paw_lightning.cli import main
+
+from helpers import ROOT
+
+ENVS = {"alfworld": ["configs/alfworld.yaml"], "frozenlake": ["configs/frozenlake.yaml"],
+        "sokoban": ["configs/frozenlake.yaml", "configs/sokoban.yaml"]}
+FAMILIES = {family: sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "configs" / family).glob("*.yaml"))
+            for family in ("algorithms", "objectives", "scale")}
+OVERLAYS = [path for paths in FAMILIES.values() for path in paths]
+# keys a family may declare (dotted prefixes)
+FAMILY_KEYS = {
+    "algorithms": ["model.policy_objective.class_path", "model.policy_objective.init_args.advantage"],
+    "objectives": ["model.world_model_objective", "balancer"],
+    "scale": ["trainer", "model.lm", "model.optimizer", "model.micro_batch_tokens", "model.score_batch_size",
+              "model.gather_weights_for_generation", "data.groups", "data.group_size", "data.max_steps",
+              "data.max_new_tokens", "data.mini_batch_size", "data.val_groups", "data.val_group_size"],
+}
+
+
+def flatten(tree, prefix: str = "") -> dict[str, object]:
+    """Nested dicts → {dotted key: leaf} (lists and None are leaves)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}.{key}" if prefix else key).items()}
+
+
+def resolved(capsys, *configs: str) -> dict[str, object]:
+    args = [arg for path in configs for arg in ("-c", str(ROOT / path))]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *args, "--print_config"])
+    assert exit_info.value.code in (0, None), capsys.readouterr().err
+    return flatten(yaml.safe_load(capsys.readouterr().out))
+
+
+def owned_prefixes(overlay: str) -> list[str]:
+    """The keys an overlay declares; one that sets a ``class_path`` owns that whole object
+    (switching the class replaces its ``init_args``)."""
+    declared = flatten(yaml.safe_load((ROOT / overlay).read_text()))
+    return [*declared, *(key.removesuffix(".class_path") for key in declared if key.endswith(".class_path"))]
+
+
+def is_under(key: str, prefixes: list[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_declares_only_its_own_keys(family):
+    assert FAMILIES[family], f"no overlays in configs/{family}"
+    for overlay in FAMILIES[family]:
+        declared = flatten(yaml.safe_load((ROOT / overlay).read_text()))
+        stray = [key for key in declared if not is_under(key, FAMILY_KEYS[family])]
+        assert not stray, f"{overlay} sets keys outside its family ({family}): {stray}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ENVS)
+def test_every_overlay_changes_only_its_own_keys(env, capsys):
+    base = resolved(capsys, *ENVS[env])
+    for overlay in OVERLAYS:
+        composed = resolved(capsys, *ENVS[env], overlay)
+        changed = {key for key in base.keys() | composed.keys() if base.get(key, "<unset>") != composed.get(key, "<unset>")}
+        foreign = sorted(key for key in changed if not is_under(key, owned_prefixes(overlay)))
+        assert not foreign, f"-c {' -c '.join(ENVS[env])} -c {overlay} changes keys it does not declare: {foreign}"
+
+
+@pytest.mark.slow
+def test_overlays_compose_the_same_in_any_order(capsys):
+    """One overlay of each family on the main job: every order gives the same config, with
+    the algorithm's estimator, the objective's world model and the scale's trainer all there."""
+    stack = ["configs/algorithms/rloo.yaml", "configs/objectives/vanilla.yaml", "configs/scale/gpu1.yaml"]
+    configs = [resolved(capsys, *ENVS["alfworld"], *order) for order in itertools.permutations(stack)]
+    assert all(config == configs[0] for config in configs[1:])
+    config = configs[0]
+    assert config["model.policy_objective.init_args.advantage.class_path"].endswith("RLOO")
+    assert config["model.policy_objective.init_args.kl_coef"] == 0.0  # the main job's no-KL recipe survives the algorithm overlay
+    assert config["model.world_model_objective"] is None and config["trainer.precision"] == "bf16-mixed"
