@@ -29,6 +29,7 @@ from paw_lightning.callbacks.mlflow import RUN_ID_KEY
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.loggers import default_tracking_uri, git_sha
 from paw_lightning.module import PaWModule
+from paw_lightning.nonfinite import NonFiniteTrainingError
 from paw_lightning.progress import PlainProgressBar, interactive
 
 TRAINER_DEFAULTS = {
@@ -216,3 +217,8 @@ def main(args: list[str] | None = None) -> None:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"error: {message}\n(set PAW_LIGHTNING_DEBUG=1 to see the traceback)", file=sys.stderr)
         sys.exit(2)
+    except NonFiniteTrainingError as err:  # the run itself failed (not its input): exit code 1
+        if os.environ.get("PAW_LIGHTNING_DEBUG"):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)

@@ -39,6 +39,7 @@ from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_
 from paw_lightning.objectives import PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.objectives.types import LossOutput
+from paw_lightning.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.perf import EpochClock
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
@@ -76,6 +77,9 @@ class PaWModule(LightningModule):
         :mod:`paw_lightning.rollout.engine`), so the scoring forward runs only when the KL
         term (π_ref) or PPO's critic (V(h_t)) needs one. Same values up to floating-point
         rounding; ``rollout`` saves one forward over every sample per RL iteration.
+    max_nonfinite_steps: an optimizer step whose loss or gradient is NaN/inf is skipped
+        (``train/nonfinite_steps`` counts them); this many in a row stop the run
+        (:mod:`paw_lightning.nonfinite`).
     """
 
     strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
@@ -92,6 +96,7 @@ class PaWModule(LightningModule):
         max_grad_norm: float | None = None,
         gather_weights_for_generation: bool = False,
         old_logprobs: str = "recompute",
+        max_nonfinite_steps: int = 3,
     ):
         super().__init__()
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
@@ -118,6 +123,7 @@ class PaWModule(LightningModule):
         self.update_metrics: dict[str, float] = {}  # diagnostics of the current update's preparation
         self.last_predictions: dict[int, str] = {}  # free-running o_{t+1} of the latest evaluation (sample index → text)
         self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
+        self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
         self.clock = EpochClock()  # train/perf/*: the data module times the rollout and scoring, training_step the update
 
     # ----------------------------------------------------------------- set-up
@@ -312,7 +318,9 @@ class PaWModule(LightningModule):
                 self.manual_backward(out.loss * weight)
                 for key, value in out.metrics.items():
                     metrics[key] = metrics.get(key, 0.0) + weight * value  # micro-batch shares add up to the mini-batch's value
-            optimizer.step()  # gradient clipping: on_before_optimizer_step
+            where = lambda: f"epoch {self.current_epoch}, mini-batch {batch_idx}, task groups {sorted(set(batch['group_ids'].tolist()))}"  # noqa: E731
+            if self.nonfinite.step_ok(all_finite(metrics["loss"], self.parameters()), where):
+                optimizer.step()  # gradient clipping: on_before_optimizer_step
             optimizer.zero_grad(set_to_none=True)
         self.clock.count("update", batch["attention_mask"].sum())
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
@@ -365,7 +373,8 @@ class PaWModule(LightningModule):
     def _log_update_summary(self) -> None:
         """Peak memory (GPU: allocated tensors; CPU: peak RSS): ``train/memory/peak_gib`` is the
         max over ranks and, with several ranks, ``train/memory/peak_gib/rank_<r>`` each rank's;
-        and the iteration's time split and throughput, ``train/perf/*`` (:mod:`paw_lightning.perf`).
+        and the iteration's time split and throughput, ``train/perf/*`` (:mod:`paw_lightning.perf`);
+        ``train/nonfinite_steps``: optimizer steps skipped so far for a NaN/inf loss or gradient.
 
         Called at the end of the update's last training step, not in ``on_train_epoch_end``: these
         are collectives, and at epoch end Lightning's progress bar, on rank 0 only, first syncs
@@ -374,6 +383,7 @@ class PaWModule(LightningModule):
         peaks = distributed.gather_floats(peak_memory_gib(self.device))
         per_rank = {f"train/memory/peak_gib/rank_{r}": peak for r, peak in enumerate(peaks)} if len(peaks) > 1 else {}
         perf = {f"train/{k}": v for k, v in self.clock.metrics().items()}
+        perf["train/nonfinite_steps"] = float(self.nonfinite.skipped)
         self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, on_step=False, on_epoch=True, rank_zero_only=True, batch_size=1)
 
     def group_lambdas(self, group_ids: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,74 @@
+"""Optimizer steps with a NaN or infinite loss or gradient are skipped, counted and, when
+they keep coming, stop the run.
+
+One bad mini-batch (an overflow in a long sequence, a degenerate advantage) would otherwise
+write NaN into every LoRA weight through the optimizer (Adam's moments keep it forever), and
+every later update would train nothing. Instead the step is skipped: the gradients are
+dropped, the weights and the optimizer state stay as they were, a warning names the
+mini-batch's task groups, and ``train/nonfinite_steps`` counts the skips of the run. After
+``max_consecutive`` skipped steps in a row the run stops with :class:`NonFiniteTrainingError`;
+the last checkpoint (written at the end of the last complete epoch) holds weights from
+before the bad steps.
+
+All ranks decide together (one any-reduce): under FSDP2 each rank holds a shard of the
+gradients, and a step taken on some ranks but not others would desynchronise the weights.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+
+from paw_lightning import distributed
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Too many optimizer steps in a row had a non-finite loss or gradient."""
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a (possibly FSDP2-sharded DTensor) tensor."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def all_finite(loss: torch.Tensor, parameters: Iterable[torch.Tensor]) -> bool:
+    """Whether the loss and every gradient are finite on every rank."""
+    bad = not bool(torch.isfinite(loss).all())
+    for p in parameters:
+        if bad:
+            break
+        if p.grad is not None:
+            bad = not bool(torch.isfinite(_local(p.grad)).all())
+    return not distributed.any_across_ranks(bad)
+
+
+class NonFiniteGuard:
+    """Counts skipped steps and stops the run after ``max_consecutive`` in a row."""
+
+    def __init__(self, max_consecutive: int = 3) -> None:
+        if max_consecutive < 1:
+            raise ValueError(f"model.max_nonfinite_steps must be at least 1 (got {max_consecutive})")
+        self.max_consecutive = max_consecutive
+        self.skipped = 0  # over the run (this process)
+        self.consecutive = 0
+
+    def step_ok(self, finite: bool, describe: Callable[[], str]) -> bool:
+        """Record one optimizer step's verdict; ``describe()`` names the step in the warning and
+        the error. Returns ``finite``: take the step or not."""
+        if finite:
+            self.consecutive = 0
+            return True
+        where = describe()
+        self.skipped += 1
+        self.consecutive += 1
+        if self.consecutive >= self.max_consecutive:
+            raise NonFiniteTrainingError(
+                f"non-finite loss or gradient in {self.consecutive} optimizer step{'s' if self.consecutive > 1 else ''} "
+                f"in a row (the last: {where}); "
+                "the run stops. last.ckpt holds the weights of the last complete epoch: resume from it with a lower "
+                "learning rate (model.optimizer.init_args.lr) or a gradient clip (model.max_grad_norm), or raise "
+                "model.max_nonfinite_steps"
+            )
+        rank_zero_warn(f"skipped an optimizer step with a non-finite loss or gradient ({where}); {self.skipped} skipped so far")
+        return False
