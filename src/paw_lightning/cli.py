@@ -157,7 +157,7 @@ def checkpoint_run_id(path: str | Path) -> str | None:
         path = path / _METADATA_FILENAME
     if not path.is_file():
         return None
-    checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)  # tensors and plain types only: no pickled code runs
     return checkpoint.get(RUN_ID_KEY) if isinstance(checkpoint, dict) else None
 
 
