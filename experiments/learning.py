@@ -188,7 +188,7 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     start_success = [s["val/episode/success_rate"].get(0) for s in series[first_obj].values()]
     start_success = [v for v in start_success if v is not None]
     warm = [cell([s[key][0] for s in series[first_obj].values() if 0 in s[key]], pct) for _, key, pct in COLUMNS]
-    lines.append(f"| warm-up (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
+    lines.append("| warm-up (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
     for obj in series:
         lifts = [s["val/episode/success_rate"][max(s["val/episode/success_rate"])] - s["val/episode/success_rate"].get(0, float("nan"))
                  for s in series[obj].values() if s["val/episode/success_rate"]]

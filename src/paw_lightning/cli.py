@@ -22,10 +22,9 @@ import yaml
 from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import MLFlowLogger
 
 from paw_lightning.callbacks import EvaluationReport, LossBalancer, MLflowTracking, RunSummary
-from paw_lightning.callbacks.mlflow import RUN_ID_KEY
+from paw_lightning.callbacks.mlflow import RUN_ID_KEY, mlflow_logger
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.loggers import default_tracking_uri, git_sha
 from paw_lightning.module import PaWModule
@@ -53,7 +52,7 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
         super().__init__(parser, config, **kwargs)
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        logger = next((lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)), None)
+        logger = mlflow_logger(trainer)
         if logger is None:
             return
         client, run_id = logger.experiment, logger.run_id

@@ -45,6 +45,23 @@ def min_across_ranks(value: int) -> int:
     return int(_reduce(value, dist.ReduceOp.MIN) if is_distributed() else value)
 
 
+def sum_across_ranks(value: float) -> float:
+    return _reduce(value, dist.ReduceOp.SUM)
+
+
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Average the gradients of replicated parameters over the ranks (a parameter without a
+    gradient counts as zero). No-op in one process and for FSDP2's DTensor parameters, whose
+    gradients the backward pass already reduced."""
+    if not is_distributed() or any(type(p).__name__ == "DTensor" for p in params):
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+        p.grad /= world_size()
+
+
 def any_across_ranks(flag: bool) -> bool:
     return max_across_ranks(int(flag)) > 0
 

@@ -54,7 +54,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from lightning.pytorch import Callback
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -114,7 +113,7 @@ class BehaviourCloningWarmup(Callback):
         start = time.perf_counter()
         lm, tokenizer = pl_module.lm, pl_module.tokenizer
         demos = self.demonstrations_for_rank(pl_module, datamodule)
-        self._total_steps = int(self._sum_across_ranks(len(demos), pl_module.device))
+        self._total_steps = int(distributed.sum_across_ranks(len(demos)))
         params = [p for p in lm.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr)
         n_batches = distributed.max_across_ranks(-(-len(demos) // self.batch_size))
@@ -136,11 +135,11 @@ class BehaviourCloningWarmup(Callback):
                             loss, n = sft_loss(lm, batch)
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()
-                        self._average_gradients(params)
+                        distributed.average_gradients(params)
                         optimizer.step()
                         total, tokens = total + loss.item() * n, tokens + n
                         bar.advance()
-                    self.losses.append(self._sum_across_ranks(total, pl_module.device) / max(self._sum_across_ranks(tokens, pl_module.device), 1))
+                    self.losses.append(distributed.sum_across_ranks(total) / max(distributed.sum_across_ranks(tokens), 1))
         finally:
             optimizer.zero_grad(set_to_none=True)
             lm.train(was_training)
@@ -211,21 +210,3 @@ class BehaviourCloningWarmup(Callback):
         zeros = torch.zeros_like(ids, dtype=torch.bool)
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": zeros, "action_mask": zeros}
 
-    @staticmethod
-    def _sum_across_ranks(value: float, device) -> float:
-        if not distributed.is_distributed():
-            return value
-        t = torch.tensor([float(value)], dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        return t.item()
-
-    @staticmethod
-    def _average_gradients(params: list[torch.nn.Parameter]) -> None:
-        """FSDP2 (DTensor parameters) reduces gradients itself; otherwise average by hand."""
-        if not distributed.is_distributed() or any(type(p).__name__ == "DTensor" for p in params):
-            return
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad)
-            p.grad /= distributed.world_size()
