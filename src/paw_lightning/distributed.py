@@ -74,3 +74,13 @@ def gather_floats(value: float) -> list[float]:
     every = [torch.zeros_like(mine) for _ in range(world_size())]
     dist.all_gather(every, mine)
     return [t.item() for t in every]
+
+
+def idle_batch(token_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """A two-token batch with nothing to learn (every mask empty), for a rank that has no
+    samples left while its peers still run forwards and backwards (collectives under
+    FSDP2/DDP): it takes part in them and adds zero to every loss."""
+    ids = torch.tensor([[token_id, token_id]], device=device)
+    empty = torch.zeros_like(ids, dtype=torch.bool)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "keep_from": torch.tensor([1]),
+            "loss_mask": empty, "action_mask": empty, "obs_mask": empty}

@@ -271,9 +271,9 @@ class PaWModule(LightningModule):
             if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
                 if self.policy_objective.needs_reference:
                     with reference_policy(self.lm):
-                        self.token_outputs(self._dummy_batch())
+                        self.token_outputs(distributed.idle_batch(self.tokenizer.eos_token_id, self.device))
                 if policy_forward:
-                    self.token_outputs(self._dummy_batch())
+                    self.token_outputs(distributed.idle_batch(self.tokenizer.eos_token_id, self.device))
                 continue
             indices = chunks[k]
             batch = {key: v.to(self.device) for key, v in view.collate(indices).items()}
@@ -296,11 +296,6 @@ class PaWModule(LightningModule):
             buffer.old_logprobs = old
             buffer.action_entropy = {name: torch.cat(values) if values else torch.zeros(0) for name, values in entropy.items()}
         self.lm.train(was_training)
-
-    def _dummy_batch(self) -> dict[str, torch.Tensor]:
-        """A one-token batch for a rank that has no samples while its peers still run forwards."""
-        ids = torch.tensor([[self.tokenizer.eos_token_id, self.tokenizer.eos_token_id]], device=self.device)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "keep_from": torch.tensor([1])}
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

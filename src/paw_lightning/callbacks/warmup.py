@@ -129,7 +129,7 @@ class BehaviourCloningWarmup(Callback):
                     total, tokens = 0.0, 0
                     for k in range(n_batches):
                         chunk = [demos[i] for i in order[k * self.batch_size : (k + 1) * self.batch_size]]
-                        batch = collate(chunk, tokenizer.pad_token_id) if chunk else self._empty_batch(tokenizer)
+                        batch = collate(chunk, tokenizer.pad_token_id) if chunk else distributed.idle_batch(tokenizer.eos_token_id)
                         batch = {key: v.to(pl_module.device) for key, v in batch.items()}
                         with forward_context():
                             loss, n = sft_loss(lm, batch)
@@ -202,11 +202,4 @@ class BehaviourCloningWarmup(Callback):
         if distributed.rank() == 0:
             print(f"behaviour-cloning warm-up loaded from {path} (its loss: {' → '.join(f'{x:.3f}' for x in self.losses)})")
         return self.losses
-
-    @staticmethod
-    def _empty_batch(tokenizer) -> dict[str, torch.Tensor]:
-        """A zero-loss batch for a rank out of demonstrations (its peers still run passes)."""
-        ids = torch.tensor([[tokenizer.eos_token_id, tokenizer.eos_token_id]])
-        zeros = torch.zeros_like(ids, dtype=torch.bool)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": zeros, "action_mask": zeros}
 
