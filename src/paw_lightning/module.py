@@ -36,7 +36,7 @@ from paw_lightning.fsdp import fsdp_mixed_precision, gathered_for_generation, sh
 from paw_lightning.memory import peak_memory_gib
 from paw_lightning.microbatch import micro_batches
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy, training_attention_mask
-from paw_lightning.objectives import PolicyObjective, WorldModelObjective
+from paw_lightning.objectives import Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.objectives.types import LossOutput
 from paw_lightning.nonfinite import NonFiniteGuard, all_finite
@@ -53,6 +53,9 @@ class PaWModule(LightningModule):
     """Args:
     lm: which model to load and how to attach LoRA.
     policy_objective: the RL loss (advantage estimator + clipped surrogate + KL).
+    critic: PPO's value head, value loss, its weight and learning rate
+        (:class:`~paw_lightning.objectives.Critic`); required by, and only allowed with, an
+        advantage estimator that reads values (GAE).
     world_model_objective: next-observation loss on the same weights; ``null`` for vanilla RL.
     optimizer: built over the trainable (LoRA) parameters only.
     score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference).
@@ -88,6 +91,7 @@ class PaWModule(LightningModule):
         self,
         lm: LMConfig | None = None,
         policy_objective: PolicyObjective | None = None,
+        critic: Critic | None = None,
         world_model_objective: WorldModelObjective | None = None,
         optimizer: OptimizerCallable = _adamw,
         score_batch_size: int = 8,
@@ -112,13 +116,19 @@ class PaWModule(LightningModule):
         self.gather_weights_for_generation = gather_weights_for_generation
         self.lm_config = lm or LMConfig()
         self.policy_objective = policy_objective or PolicyObjective()
+        estimator = type(self.policy_objective.advantage).__name__
+        needs_values = getattr(self.policy_objective.advantage, "needs_values", False)
+        if needs_values and critic is None:
+            raise ValueError(f"the {estimator} advantage reads a critic's values: set model.critic (configs/algorithms/ppo.yaml does)")
+        if critic is not None and not needs_values:
+            raise ValueError(f"model.critic is set but the {estimator} advantage uses no values: remove model.critic, or use GAE (configs/algorithms/ppo.yaml)")
+        self.critic = critic
         self.world_model_objective = world_model_objective
         self.optimizer_factory = optimizer
         self.score_batch_size = score_batch_size
         self.wm_eval_samples = wm_eval_samples
         self.tokenizer = load_tokenizer(self.lm_config)  # also validates the model source early
         self.lm = None
-        self.value_head: torch.nn.Linear | None = None  # PPO's critic, built in configure_model
         self.wm_lambda: dict[int, float] | None = None  # set by a loss-balancing callback
         self.update_metrics: dict[str, float] = {}  # diagnostics of the current update's preparation
         self.last_predictions: dict[int, str] = {}  # free-running o_{t+1} of the latest evaluation (sample index → text)
@@ -133,13 +143,11 @@ class PaWModule(LightningModule):
         attached = self._trainer is not None
         self.lm = load_model(self.lm_config, device=self.trainer.strategy.root_device if attached else self.device)
         if self.critic is not None:  # PPO: V(h_t) from the last hidden state of the prompt
-            self.value_head = torch.nn.Linear(self.lm.config.hidden_size, 1)
-            torch.nn.init.normal_(self.value_head.weight, std=1e-3)
-            torch.nn.init.zeros_(self.value_head.bias)
+            self.critic.build(self.lm.config.hidden_size)
         if attached and isinstance(self.trainer.strategy, ModelParallelStrategy):
             shard_model(self.lm, self.device_mesh["data_parallel"], mp_policy=fsdp_mixed_precision(self.trainer.precision))
             if self.critic is not None:
-                fully_shard(self.value_head, mesh=self.device_mesh["data_parallel"])
+                fully_shard(self.critic.head, mesh=self.device_mesh["data_parallel"])
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
@@ -154,17 +162,11 @@ class PaWModule(LightningModule):
         finally:
             self.lm.train(was_training)
 
-    @property
-    def critic(self):
-        """The advantage estimator when it needs a critic (PPO's GAE), else ``None``."""
-        estimator = self.policy_objective.advantage
-        return estimator if getattr(estimator, "needs_critic", False) else None
-
     def configure_optimizers(self):
-        actor = [p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("value_head.")]
+        actor = [p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("critic.")]
         if self.critic is None:
             return self.optimizer_factory(actor)
-        return self.optimizer_factory([{"params": actor}, {"params": list(self.value_head.parameters()), "lr": self.critic.critic_lr}])
+        return self.optimizer_factory([{"params": actor}, self.critic.parameter_group()])
 
     def on_fit_start(self) -> None:
         trainer = self.trainer
@@ -218,8 +220,7 @@ class PaWModule(LightningModule):
         if argmax:
             outputs["correct"] = full(logp.argmax(-1) == targets)
         if with_values:
-            last_prompt = out.hidden_states[-1][torch.arange(len(input_ids)), batch["prompt_lengths"] - 1]
-            outputs["values"] = self.value_head(last_prompt.float()).squeeze(-1)
+            outputs["values"] = self.critic(out.hidden_states[-1], batch["prompt_lengths"])
         return outputs
 
     def prepare_update(self, buffer: RolloutBuffer) -> None:
@@ -227,7 +228,7 @@ class PaWModule(LightningModule):
         advantages and the world-model selection S_α (global over all ranks)."""
         self.score(buffer)
         if self.critic is not None:
-            buffer.advantages, buffer.returns = self.critic.advantages_and_returns(buffer.info)
+            buffer.advantages, buffer.returns = self.policy_objective.advantage.advantages_and_returns(buffer.info)
         else:
             buffer.advantages = self.policy_objective.advantages(buffer.info)
         self.update_metrics = dict(getattr(self.policy_objective.advantage, "last_diagnostics", {}))
@@ -341,8 +342,8 @@ class PaWModule(LightningModule):
         )
         loss, metrics = policy.loss, dict(policy.metrics)
         if self.critic is not None:
-            value = self.critic.value_loss(outputs["values"], batch["old_values"], batch["returns"], samples=totals["samples"])
-            loss = loss + self.critic.value_coef * value.loss
+            value = self.critic.loss(outputs["values"], batch, samples=totals["samples"])
+            loss = loss + value.loss
             metrics.update(value.metrics)
         if self.world_model_objective is not None:
             wm = self.world_model_objective(

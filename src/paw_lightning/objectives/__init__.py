@@ -7,13 +7,14 @@ from paw_lightning.objectives.gigpo import (
     discounted_returns,
     step_advantages,
 )
-from paw_lightning.objectives.critic import GAE, gae_advantages
+from paw_lightning.objectives.critic import GAE, Critic, gae_advantages
 from paw_lightning.objectives.policy import PolicyObjective
 from paw_lightning.objectives.types import LossOutput, StepInfo
 from paw_lightning.objectives.world_model import ClippedMAE, WorldModelObjective
 
 __all__ = [
     "GAE",
+    "Critic",
     "gae_advantages",
     "GRPO",
     "RLOO",

@@ -1,7 +1,11 @@
 """PPO with a critic: turn-level GAE advantages and a clipped value loss (METHODS.md §2).
 
-A small trainable value head on the shared model's last hidden state reads the prompt's
-final token, ``V_t = V(h_t)``. Advantages are computed per step of a trajectory (one
+Two pieces: :class:`GAE`, the advantage estimator (``model.policy_objective``), and
+:class:`Critic`, everything else PPO adds, as one unit (``model.critic``): a small trainable
+value head on the shared model's last hidden state at the prompt's final token,
+``V_t = V(h_t)``, the clipped value loss, its weight in the total loss and the head's own
+learning rate. The module asks the critic for its parameter group, its values and its loss
+term; nothing else about PPO lives in the module. Advantages are computed per step of a trajectory (one
 sample per step, ours; the same unit every other estimator uses)::
 
     δ_t = r_t + γ·V_{t+1} − V_t          (V_{T} = 0 after the last step)
@@ -44,22 +48,19 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, traj_ids: torch.
 
 
 class GAE(AdvantageEstimator):
-    """PPO's critic-based estimator. Selecting it gives the module a value head.
+    """PPO's critic-based estimator; it reads the scoring pass's V(h_t), so it needs a
+    :class:`Critic` (``model.critic``).
 
     Args:
         gamma: discount across steps.
         lam: GAE λ.
         whiten: normalise the advantages over the update (mean 0, std 1).
-        value_coef: weight of the value loss in the total loss.
-        value_clip: ε_v of the clipped value loss.
-        critic_lr: learning rate of the value head (the actor's comes from the optimizer).
     """
 
-    needs_critic = True
+    needs_values = True
 
-    def __init__(self, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True, value_coef: float = 0.5, value_clip: float = 0.2, critic_lr: float = 1e-4):
+    def __init__(self, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True):
         self.gamma, self.lam, self.whiten = gamma, lam, whiten
-        self.value_coef, self.value_clip, self.critic_lr = value_coef, value_clip, critic_lr
 
     def advantages_and_returns(self, info: StepInfo) -> tuple[torch.Tensor, torch.Tensor]:
         if info.values is None:
@@ -71,6 +72,44 @@ class GAE(AdvantageEstimator):
 
     def __call__(self, info: StepInfo) -> torch.Tensor:
         return self.advantages_and_returns(info)[0]
+
+
+class Critic(torch.nn.Module):
+    """The value head, its clipped value loss, the loss's weight and the head's learning rate.
+
+    Args:
+        value_coef: weight of the value loss in the total loss.
+        value_clip: ε_v of the clipped value loss.
+        lr: learning rate of the value head (the actor's comes from ``model.optimizer``).
+    """
+
+    def __init__(self, value_coef: float = 0.5, value_clip: float = 0.2, lr: float = 1e-4):
+        super().__init__()
+        if value_coef < 0 or value_clip <= 0 or lr <= 0:
+            raise ValueError(f"model.critic needs value_coef >= 0, value_clip > 0 and lr > 0 (got {value_coef}, {value_clip}, {lr})")
+        self.value_coef, self.value_clip, self.lr = value_coef, value_clip, lr
+        self.head: torch.nn.Linear | None = None  # built for the model's hidden size (build)
+
+    def build(self, hidden_size: int) -> None:
+        """Create the head: weights ~ N(0, 1e-3²), bias 0, so V starts near 0."""
+        if self.head is None:
+            self.head = torch.nn.Linear(hidden_size, 1)
+            torch.nn.init.normal_(self.head.weight, std=1e-3)
+            torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, hidden_states: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
+        """V(h_t): the head on each sample's last prompt token, shape (B,)."""
+        last_prompt = hidden_states[torch.arange(len(hidden_states)), prompt_lengths - 1]
+        return self.head(last_prompt.float()).squeeze(-1)
+
+    def parameter_group(self) -> dict:
+        """The head's optimizer parameter group, with its own learning rate."""
+        return {"params": list(self.head.parameters()), "lr": self.lr}
+
+    def loss(self, values: torch.Tensor, batch: dict[str, torch.Tensor], samples: int | None = None) -> LossOutput:
+        """The critic's term of the total loss, ``value_coef · L_V`` (metrics: unweighted)."""
+        value = self.value_loss(values, batch["old_values"], batch["returns"], samples)
+        return LossOutput(self.value_coef * value.loss, value.metrics)
 
     def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, samples: int | None = None) -> LossOutput:
         """The clipped value loss of a batch; ``samples``: the whole mini-batch's sample count
