@@ -18,8 +18,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from paw_lightning.cli import PawCLI, checkpoint_run_id, main, resume_mlflow_run
-from paw_lightning.loggers import PawMLFlowLogger
+from paw_lightning.cli import PawCLI, main
+from paw_lightning.tracking import PawMLFlowLogger, checkpoint_run_id, resume_mlflow_run
 
 from helpers import ROOT, mlflow_runs, tiny_args
 
@@ -58,7 +58,7 @@ def test_checkpoint_run_id_and_resume_config(tmp_path):
     client = mlflow.MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     torch.save({"mlflow_run_id": run_id}, ckpt)
-    config = Namespace(class_path="paw_lightning.loggers.PawMLFlowLogger", init_args=Namespace(tracking_uri=uri, run_id=None))
+    config = Namespace(class_path="paw_lightning.tracking.PawMLFlowLogger", init_args=Namespace(tracking_uri=uri, run_id=None))
     resume_mlflow_run(config, str(ckpt))
     assert config.init_args.run_id == run_id
     torch.save({"mlflow_run_id": "not-in-this-store"}, ckpt)

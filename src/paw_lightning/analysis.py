@@ -40,7 +40,7 @@ RATE_NAMES = ("exact_match", "token_acc", "pass_at_1", "invalid_rate", "env_erro
 
 def default_tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` or ``sqlite:///<cwd>/mlflow.db``, the training runs' default
-    (:func:`paw_lightning.loggers.default_tracking_uri`, without importing Lightning)."""
+    (:func:`paw_lightning.tracking.default_tracking_uri`, without importing Lightning)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
 
 

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass
 
 from lightning.pytorch import Callback
 
-from paw_lightning.callbacks.evaluation import _number
-from paw_lightning.callbacks.mlflow import evaluated_epoch, mlflow_logger, run_directory
-from paw_lightning.loggers import PawMLFlowLogger
+from paw_lightning.tracking.artifacts import evaluated_epoch, mlflow_logger, run_directory
+from paw_lightning.tracking.evaluation import _number
+from paw_lightning.tracking.logger import PawMLFlowLogger
 from paw_lightning.metrics import TASK_TYPE_NAMES
 
 START_EPOCH = -1  # trainer.current_epoch (and MLflow step) of the validation before the first update

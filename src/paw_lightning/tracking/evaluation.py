@@ -21,7 +21,7 @@ import math
 
 from lightning.pytorch import Callback
 
-from paw_lightning.callbacks.mlflow import (
+from paw_lightning.tracking.artifacts import (
     epoch_label,
     evaluated_epoch,
     mlflow_logger,

@@ -1,0 +1,54 @@
+"""The resolved config, git SHA, seed and the grouping tags of an MLflow run.
+
+:class:`MLflowSaveConfigCallback` (the CLI's save-config callback) logs the resolved config as
+the run's ``config.yaml`` artifact and tags the run with the git SHA, the environment, the
+algorithm and the objectives, so the MLflow UI can group and compare runs. A run without an
+explicit ``run_name`` is named like the sweeps' runs, ``<algorithm>+<objective>/seed<seed>``.
+"""
+from __future__ import annotations
+
+from lightning.pytorch.cli import SaveConfigCallback
+
+from paw_lightning.tracking.artifacts import mlflow_logger
+from paw_lightning.tracking.logger import git_sha
+
+
+ALGORITHM_NAMES = {"GAE": "ppo"}  # the `algorithm` tag: the advantage estimator's name, lower case, except PPO
+
+
+class MLflowSaveConfigCallback(SaveConfigCallback):
+    """Saves the resolved config as the run's ``config.yaml`` artifact, plus git SHA, seed and
+    the tags that let the MLflow UI group runs (environment, algorithm, objectives)."""
+
+    def __init__(self, parser, config, **kwargs):
+        kwargs["save_to_log_dir"] = False
+        super().__init__(parser, config, **kwargs)
+
+    def save_config(self, trainer, pl_module, stage: str) -> None:
+        logger = mlflow_logger(trainer)
+        if logger is None:
+            return
+        client, run_id = logger.experiment, logger.run_id
+        client.log_text(run_id, self.parser.dump(self.config, skip_none=False), self.config_filename)
+        sha = git_sha()
+        datamodule = trainer.datamodule
+        wm = pl_module.world_model_objective
+        advantage = type(getattr(pl_module.policy_objective, "advantage", None)).__name__
+        tags = {
+            "git_sha": sha,
+            "mlflow.source.git.commit": sha,
+            "env": datamodule.env_name if datamodule is not None else "",
+            "policy_objective": type(pl_module.policy_objective).__name__,
+            "advantage": advantage,
+            "algorithm": ALGORITHM_NAMES.get(advantage, advantage.lower()),
+            "world_model_objective": type(wm).__name__ if wm is not None else "none",
+        }
+        if logger._run_name is None and not getattr(logger, "_resuming", False):  # named like the sweeps' runs, not at random
+            tags["mlflow.runName"] = f"{tags['algorithm']}+{tags['world_model_objective'] if wm is not None else 'vanilla'}/seed{datamodule.seed if datamodule is not None else 0}"
+        for key, value in tags.items():
+            client.set_tag(run_id, key, value)
+        if datamodule is not None:
+            logged = client.get_run(run_id).data.params.get("seed")
+            if logged is not None and logged != str(datamodule.seed):  # a resumed run (MLflow params are write-once)
+                raise ValueError(f"MLflow run {run_id} was logged with seed {logged}, not {datamodule.seed}: resume with the same seed (--seed_everything={logged} or --data.seed={logged})")
+            client.log_param(run_id, "seed", datamodule.seed)
