@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from paw_lightning.model import training_attention_mask
+from paw_lightning.model import read_log_softmax, scatter_read
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.rollout.engine import chat_prompt_ids
 from paw_lightning.rollout.prompts import PromptBuilder
@@ -219,17 +219,12 @@ def collate(demos: list[Demonstration], pad_token_id: int) -> dict[str, torch.Te
 
 
 def token_logprobs(lm, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """log p(x_t | x_<t) at the ``loss_mask`` positions (0 elsewhere), shape of ``input_ids``.
-
-    Memory: logits are computed only from the first loss position of the batch on
-    (``logits_to_keep``) and the vocabulary-sized log-softmax only where the loss reads, so
-    long prompts (ALFWorld: up to ~1000 tokens) cost no vocabulary-sized activations."""
+    """log p(x_t | x_<t) at the ``loss_mask`` positions (0 elsewhere), shape of ``input_ids``;
+    the logits start at the batch's first loss position (:func:`~paw_lightning.model.read_log_softmax`)."""
     ids, mask = batch["input_ids"], batch["loss_mask"].bool()
     keep_from = max(int(mask.any(0).nonzero()[0]) if mask.any() else ids.shape[1] - 1, 1)
-    logits = lm(input_ids=ids, attention_mask=training_attention_mask(batch["attention_mask"]), logits_to_keep=ids.shape[1] - keep_from + 1, use_cache=False).logits
-    read = mask[:, keep_from:]
-    logp = logits[:, :-1][read].float().log_softmax(-1).gather(-1, ids[:, keep_from:][read].unsqueeze(-1)).squeeze(-1)
-    return torch.zeros(ids.shape, dtype=logp.dtype, device=logp.device).masked_scatter(mask & (torch.arange(ids.shape[1], device=ids.device) >= keep_from), logp)
+    logp, targets, _ = read_log_softmax(lm, ids, batch["attention_mask"], mask, keep_from)
+    return scatter_read(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mask, keep_from)
 
 
 def sft_loss(lm, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:

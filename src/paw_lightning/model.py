@@ -324,6 +324,25 @@ def training_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | None
     return None if torch.equal(mask.cummin(dim=1).values, mask) else attention_mask
 
 
+def read_log_softmax(lm, input_ids: torch.Tensor, attention_mask: torch.Tensor, read: torch.Tensor, keep_from: int, **forward_kwargs):
+    """One training / scoring forward that takes the vocabulary-sized log-softmax only where a
+    loss reads: at the positions of ``read`` (B, T) from ``keep_from`` on (the logits
+    themselves start there, ``logits_to_keep``). Returns ``(logp, targets, output)``:
+    ``logp`` (positions read, vocabulary) predicts ``targets`` (positions read,), in row-major
+    order; ``output`` is the LM's (e.g. its hidden states with ``output_hidden_states=True``).
+    Memory: long prompts (ALFWorld: ~1000 tokens) cost no vocabulary-sized activations."""
+    output = lm(input_ids=input_ids, attention_mask=training_attention_mask(attention_mask), logits_to_keep=input_ids.shape[1] - keep_from + 1, use_cache=False, **forward_kwargs)
+    read = read[:, keep_from:]
+    return output.logits[:, :-1][read].float().log_softmax(-1), input_ids[:, keep_from:][read], output
+
+
+def scatter_read(values: torch.Tensor, read: torch.Tensor, keep_from: int) -> torch.Tensor:
+    """Per-position ``values`` of :func:`read_log_softmax`'s positions back into a (B, T)
+    tensor aligned with ``input_ids`` (zeros elsewhere)."""
+    positions = read & (torch.arange(read.shape[1], device=read.device) >= keep_from)
+    return torch.zeros(read.shape, dtype=values.dtype, device=values.device).masked_scatter(positions, values)
+
+
 @contextlib.contextmanager
 def reference_policy(model: PeftModel) -> Iterator[None]:
     """Inside this context `model` computes the reference policy π_ref: the same weights

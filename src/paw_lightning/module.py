@@ -35,7 +35,7 @@ from paw_lightning.callbacks.balancing import LossBalancer
 from paw_lightning.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
 from paw_lightning.memory import peak_memory_gib
 from paw_lightning.microbatch import micro_batches
-from paw_lightning.model import LMConfig, load_model, load_tokenizer, reference_policy, training_attention_mask
+from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, reference_policy, scatter_read
 from paw_lightning.objectives import Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.objectives.types import LossOutput
@@ -195,23 +195,15 @@ class PaWModule(LightningModule):
         over the whole sequence (the logits themselves start at the shortest prompt)."""
         input_ids = batch["input_ids"]
         keep_from = int(batch["keep_from"])
-        width = input_ids.shape[1]
         with_values = self.critic is not None and "prompt_lengths" in batch
-        out = self.lm(
-            input_ids=input_ids, attention_mask=training_attention_mask(batch["attention_mask"]), logits_to_keep=width - keep_from + 1, use_cache=False, output_hidden_states=with_values
-        )
         read = torch.zeros_like(input_ids, dtype=torch.bool)
         for key in ("action_mask", "obs_mask"):
             if key in batch:
                 read |= batch[key].bool()
-        read = read[:, keep_from:]
-        targets = input_ids[:, keep_from:][read]
-        logp = out.logits[:, :-1][read].float().log_softmax(-1)  # (positions read, vocabulary)
+        logp, targets, out = read_log_softmax(self.lm, input_ids, batch["attention_mask"], read, keep_from, output_hidden_states=with_values)
 
         def full(values):
-            result = torch.zeros(input_ids.shape, dtype=values.dtype, device=values.device)
-            tail = torch.zeros(read.shape, dtype=values.dtype, device=values.device).masked_scatter(read, values)
-            return torch.cat([result[:, :keep_from], tail], dim=1)
+            return scatter_read(values, read, keep_from)
 
         outputs = {"logprobs": full(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))}
         if entropy:
