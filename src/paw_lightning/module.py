@@ -36,10 +36,10 @@ from paw_lightning.fsdp import fsdp_mixed_precision, gathered_for_generation, sh
 from paw_lightning.memory import peak_memory_gib
 from paw_lightning.microbatch import micro_batches
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, reference_policy, scatter_read
+from paw_lightning.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.objectives import Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.objectives.types import LossOutput
-from paw_lightning.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.perf import EpochClock
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
