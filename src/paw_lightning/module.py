@@ -306,7 +306,9 @@ class PaWModule(LightningModule):
                 self.manual_backward(out.loss * weight)
                 for key, value in out.metrics.items():
                     metrics[key] = metrics.get(key, 0.0) + weight * value  # micro-batch shares add up to the mini-batch's value
-            where = lambda: f"epoch {self.current_epoch}, mini-batch {batch_idx}, task groups {sorted(set(batch['group_ids'].tolist()))}"  # noqa: E731
+            def where() -> str:  # only formatted for a skipped step
+                return f"epoch {self.current_epoch}, mini-batch {batch_idx}, task groups {sorted(set(batch['group_ids'].tolist()))}"
+
             if self.nonfinite.step_ok(all_finite(metrics["loss"], self.parameters()), where):
                 optimizer.step()  # gradient clipping: on_before_optimizer_step
             optimizer.zero_grad(set_to_none=True)

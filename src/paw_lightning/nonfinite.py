@@ -33,14 +33,10 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def all_finite(loss: torch.Tensor, parameters: Iterable[torch.Tensor]) -> bool:
-    """Whether the loss and every gradient are finite on every rank."""
-    bad = not bool(torch.isfinite(loss).all())
-    for p in parameters:
-        if bad:
-            break
-        if p.grad is not None:
-            bad = not bool(torch.isfinite(_local(p.grad)).all())
-    return not distributed.any_across_ranks(bad)
+    """Whether the loss and every gradient are finite on every rank (one device sync on this
+    rank, one any-reduce across ranks)."""
+    flags = [torch.isfinite(loss).all(), *(torch.isfinite(_local(p.grad)).all() for p in parameters if p.grad is not None)]
+    return not distributed.any_across_ranks(not bool(torch.stack(flags).all()))
 
 
 class NonFiniteGuard:
