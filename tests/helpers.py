@@ -1,8 +1,14 @@
 """Helpers for the end-to-end tests: CLI arguments for tiny runs and MLflow read-back."""
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -60,3 +66,47 @@ def fit_in_subprocess(model_dir: Path, workdir: Path, *extra: str):
     result = subprocess.run([sys.executable, "-m", "paw_lightning", "fit", *args], cwd=workdir, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return mlflow_runs(workdir)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class MlflowServer:
+    """``mlflow server`` on a free loopback port with a SQLite store in ``workdir``; ``stop`` it
+    (SIGTERM, or SIGKILL: gone at once) and ``start`` it again on the same port and store."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir, self.port, self.process = workdir, free_port(), None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        with open(self.workdir / "server.log", "a") as log:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.workdir / 'server.db'}",
+                 "--artifacts-destination", str(self.workdir / "server_artifacts"), "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+                cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        for _ in range(300):  # a loaded CI machine can take a minute to migrate the database and start
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(self.workdir / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return self.url
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(1)
+        raise RuntimeError("mlflow server did not answer /health")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """The server and its uvicorn workers (its own process group)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, sig)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()

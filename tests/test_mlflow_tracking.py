@@ -3,12 +3,8 @@ FSDP2), system metrics, resuming into the same run, and a tracking server over H
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -21,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from paw_lightning.cli import PawCLI, main
 from paw_lightning.tracking import PawMLFlowLogger, checkpoint_run_id, resume_mlflow_run
 
-from helpers import ROOT, mlflow_runs, tiny_args
+from helpers import ROOT, MlflowServer, mlflow_runs, tiny_args
 
 
 def history(client, run, key):
@@ -168,12 +164,6 @@ def test_fsdp2_adapter_is_gathered_in_full(tiny_model_dir, tmp_path):
 
 
 # --------------------------------------------------------------- tracking server
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _get(url: str, payload: dict | None = None) -> dict:
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -184,34 +174,11 @@ def _get(url: str, payload: dict | None = None) -> dict:
 @pytest.fixture
 def mlflow_server(tmp_path):
     """``mlflow server`` on a free loopback port with a SQLite store in tmp_path."""
-    port = _free_port()
-    with open(tmp_path / "server.log", "w") as log:  # the child keeps its own copy of the descriptor
-        server = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-             "--artifacts-destination", str(tmp_path / "server_artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
+    server = MlflowServer(tmp_path)
     try:
-        for _ in range(300):  # a loaded CI machine can take a minute to migrate the database and start
-            if server.poll() is not None:
-                pytest.fail(f"mlflow server exited: {(tmp_path / 'server.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(1)
-        else:
-            pytest.fail("mlflow server did not answer /health")
-        yield url
+        yield server.start()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its uvicorn workers: its own process group
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        server.stop()
 
 
 def test_fit_logs_to_a_tracking_server(tiny_model_dir, tmp_path, monkeypatch, mlflow_server):

@@ -106,7 +106,11 @@ class PawCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; a fit that stops on bad input (a ``ValueError``, e.g. a checkpoint from another
-        model) before it logged anything takes its new MLflow run with it."""
+        model) before it logged anything takes its new MLflow run with it. An unreachable
+        tracking server stops it before anything runs."""
+        check_server = getattr(getattr(self.trainer, "logger", None), "check_server", None)
+        if callable(check_server):
+            check_server()
         try:
             super()._run_subcommand(subcommand)
         except (ValueError, FileNotFoundError):

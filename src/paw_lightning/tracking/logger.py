@@ -12,6 +12,8 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 from mlflow.exceptions import MlflowException
 
+from paw_lightning.tracking.outage import OutageTolerantClient, server_unreachable
+
 
 EXPERIMENT_KIND = "mlflow.experimentKind"  # MLflow 3's UI: genai_development (traces first) or custom_model_development
 
@@ -46,6 +48,12 @@ class PawMLFlowLogger(MLFlowLogger):
         tags: extra run tags.
         run_id: log into this existing run (set by the CLI when ``fit`` resumes from a
             checkpoint that recorded its run); its status goes back to RUNNING.
+        outage_retry_s: while a tracking server is unreachable, how often to try sending the
+            metrics kept meanwhile (at the next metric write after that many seconds).
+
+    With a tracking server (``http(s)://``), training survives the server going away
+    (:mod:`paw_lightning.tracking.outage`), and ``check_server`` (called by the CLI before a
+    subcommand runs) fails fast when it does not answer at the start.
 
     Experiments it creates are model-training experiments (tag ``mlflow.experimentKind``), so
     MLflow 3's UI opens them on the run list and metric charts, not the GenAI traces view.
@@ -55,7 +63,8 @@ class PawMLFlowLogger(MLFlowLogger):
     curves share one x-axis and a resumed run continues the same axis.
     """
 
-    def __init__(self, experiment_name: str = "paw_lightning", run_name: str | None = None, tracking_uri: str | None = None, tags: dict | None = None, run_id: str | None = None, **kwargs):
+    def __init__(self, experiment_name: str = "paw_lightning", run_name: str | None = None, tracking_uri: str | None = None, tags: dict | None = None, run_id: str | None = None,
+                 outage_retry_s: float = 30.0, **kwargs):
         uri = tracking_uri or default_tracking_uri()
         if uri.startswith("file:") or ("://" not in uri and uri != "databricks"):
             raise ValueError(
@@ -64,6 +73,20 @@ class PawMLFlowLogger(MLFlowLogger):
             )
         super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=uri, tags=tags, run_id=run_id, **kwargs)
         self._resuming = run_id is not None
+        if uri.startswith(("http://", "https://")):
+            self._mlflow_client = OutageTolerantClient(self._mlflow_client, uri, retry_every=outage_retry_s, unsent_dir=Path.cwd())
+
+    def check_server(self) -> None:
+        """Fail fast, in one line, when the tracking server does not answer (a run started
+        against it would otherwise wait through MLflow's retries, minutes)."""
+        if isinstance(self._mlflow_client, OutageTolerantClient):
+            reason = server_unreachable(self._tracking_uri)
+            if reason:
+                raise ValueError(
+                    f"MLflow tracking server {self._tracking_uri} is unreachable ({reason}): start it (e.g. mlflow server "
+                    "--host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow.db) or log to a local store "
+                    "with --trainer.logger.init_args.tracking_uri=sqlite:///mlflow.db"
+                )
 
     @property
     @rank_zero_experiment
@@ -88,6 +111,16 @@ class PawMLFlowLogger(MLFlowLogger):
             return False
         client.delete_run(self._run_id)
         return True
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        """End the run; during a tracking-server outage that has not ended, the unsent metrics
+        and the run's end status go to a file instead (:mod:`paw_lightning.tracking.outage`)."""
+        if isinstance(self._mlflow_client, OutageTolerantClient) and self._initialized:
+            end = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}.get(status, "KILLED")
+            if self._mlflow_client.close(self._run_id, end) is not None:
+                return
+        super().finalize(status)
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
