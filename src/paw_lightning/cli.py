@@ -29,6 +29,7 @@ from paw_lightning.callbacks import RunSummary
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.module import PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
+from paw_lightning.scale import peers
 from paw_lightning.tracking import EvaluationReport, MLflowSaveConfigCallback, MLflowTracking, resume_mlflow_run
 from paw_lightning.training.checkpoint_io import CheckpointWriteError
 from paw_lightning.training.nonfinite import NonFiniteTrainingError
@@ -107,7 +108,8 @@ class PawCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; a fit that stops on bad input (a ``ValueError``, e.g. a checkpoint from another
         model) before it logged anything takes its new MLflow run with it. An unreachable
-        tracking server stops it before anything runs."""
+        tracking server stops it before anything runs. A collective that fails because another
+        rank died or hangs becomes one line naming that rank (:mod:`paw_lightning.scale.peers`)."""
         check_server = getattr(getattr(self.trainer, "logger", None), "check_server", None)
         if callable(check_server):
             check_server()
@@ -118,6 +120,12 @@ class PawCLI(LightningCLI):
             if callable(getattr(logger, "discard_if_unstarted", None)):
                 logger.discard_if_unstarted()
             raise
+        except RuntimeError as err:  # another rank died or hangs: say which, in one line
+            if not peers.is_collective_failure(err, self.trainer.world_size):
+                raise
+            launched = getattr(self.trainer.strategy.launcher, "procs", None)
+            checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", None)
+            raise peers.collective_failure(err, self.trainer.global_rank, self.trainer.world_size, launched, checkpoint) from err
 
     def before_fit(self) -> None:
         """Settings that make a fit meaningless fail here, before an MLflow run is created."""
@@ -214,7 +222,7 @@ def main(args: list[str] | None = None) -> None:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"error: {message} (PAW_LIGHTNING_DEBUG=1 shows the traceback)", file=sys.stderr)
         sys.exit(2)
-    except (NonFiniteTrainingError, CheckpointWriteError) as err:  # the run itself failed (not its input): exit code 1
+    except (NonFiniteTrainingError, CheckpointWriteError, peers.PeerLostError) as err:  # the run itself failed (not its input): exit code 1
         if os.environ.get("PAW_LIGHTNING_DEBUG"):
             raise
         print(f"error: {err}", file=sys.stderr)
