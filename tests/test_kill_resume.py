@@ -9,17 +9,12 @@ import subprocess
 
 import pytest
 
-from paw_lightning.testing.kill import differences, fit_command, kill_and_resume, run_metrics
+from paw_lightning.testing.kill import comparable_keys, differences, fit_command, kill_and_resume, run_metrics
 
 from helpers import tiny_args
 
 EPOCHS = 3
 POINTS = [("rollout", 1, 0.2), ("optimizer_step", 2, 0.0), ("checkpoint", 1, 0.0)]  # (phase, epoch, seconds into it)
-
-
-def compared_keys(metrics: dict) -> list[str]:
-    """Every logged training and validation metric but wall-clock time and memory."""
-    return sorted(k for k in metrics if k.startswith(("train/", "val/")) and "/perf/" not in k and "/memory/" not in k)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +23,7 @@ def reference(tiny_model_dir, tmp_path_factory):
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     subprocess.run(fit_command(tiny_args(tiny_model_dir, workdir, f"--trainer.max_epochs={EPOCHS}")), cwd=workdir, check=True, capture_output=True)
     runs, metrics = run_metrics(uri, "frozenlake")
-    assert len(runs) == 1 and len(compared_keys(metrics)) > 20
+    assert len(runs) == 1 and len(comparable_keys(metrics)) > 20
     return metrics
 
 
@@ -40,5 +35,5 @@ def test_killed_run_resumes_as_if_never_killed(reference, tiny_model_dir, tmp_pa
     assert result.killed and result.resumed, result.error
     assert result.checkpoint_epoch == epoch - 1 and result.epochs_lost == 1  # the interrupted epoch, no more
     assert result.runs == 1 and result.status == "FINISHED"  # the resume continued the killed run
-    assert differences(reference, result.metrics, compared_keys(reference)) == []
+    assert differences(reference, result.metrics, comparable_keys(reference)) == []
     assert not list(tmp_path.glob("**/.*.tmp")), "the killed write's temporary file is cleaned up by the next save"

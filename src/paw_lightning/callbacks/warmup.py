@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -149,7 +150,8 @@ class BehaviourCloningWarmup(Callback):
             "world_size": distributed.world_size(),
         }
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        return Path(self.cache_dir).expanduser() / f"warmup-{datamodule.env_name}-{digest}.pt"
+        name = re.sub(r"[^\w.-]", "_", datamodule.env_name)  # a file name inside cache_dir, whatever the env's name
+        return Path(self.cache_dir).expanduser() / f"warmup-{name}-{digest}.pt"
 
     def save_cached(self, pl_module, path: Path) -> None:
         """The LoRA weights of ``pl_module.lm`` (gathered; written by rank 0) and the losses."""

@@ -147,6 +147,12 @@ def run_metrics(tracking_uri: str, experiment: str) -> tuple[list, dict[str, dic
     return runs, metrics
 
 
+def comparable_keys(metrics: dict) -> list[str]:
+    """Every logged training and validation metric but wall-clock time and memory (those differ
+    between any two runs)."""
+    return sorted(k for k in metrics if k.startswith(("train/", "val/")) and "/perf/" not in k and "/memory/" not in k)
+
+
 def differences(reference: dict[str, dict[int, float]], resumed: dict[str, dict[int, float]], keys, tolerance: float = 1e-5) -> list[str]:
     """Where the resumed run's metrics differ from the reference's: missing keys or steps, or
     values further apart than ``tolerance`` (relative to max(1, |reference|))."""
