@@ -70,3 +70,22 @@ def test_free_running_prediction_is_scored_on_the_observation_length(tiny_model_
     assert module.last_predictions == {0: "obs 0 0\n_P_", 1: "obs 0 1\n_P_"}
     assert metrics["exact_match"] == 0.5
     assert math.isclose(metrics["cer"], 1 / 22, abs_tol=1e-7)  # one substitution over both targets' 2 × 11 characters
+
+
+def test_transitions_without_a_world_model_target_are_not_predicted(tiny_model_dir, monkeypatch):
+    """A transition whose next observation is no world-model target (empty ``obs_mask``, e.g. search
+    QA's verdict after an answer) is left out of the free-running prediction and its scores."""
+    module = make_module(tiny_model_dir)
+    buffer = rollout(module, n_groups=1, steps=1)
+    buffer.obs_mask[0] = torch.zeros_like(buffer.obs_mask[0])
+    target = buffer.input_ids[1][buffer.obs_mask[1]].tolist()
+    contexts = []
+
+    def generate_ids(self, prompt_ids, temperature, seed, max_new_tokens=None, stop=None):
+        contexts.extend(prompt_ids)
+        return [target]
+
+    monkeypatch.setattr(module_lib.GenerationEngine, "generate_ids", generate_ids)
+    metrics = module.predict_observations(buffer, n=2)
+    assert len(contexts) == 1 and list(module.last_predictions) == [1]
+    assert metrics["exact_match"] == 1.0 and metrics["cer"] == 0.0

@@ -15,6 +15,8 @@ from paw_lightning.retrieval.base import Cached, Passage
 from paw_lightning.rollout.collector import Collector
 from paw_lightning.rollout.engine import Generation
 from paw_lightning.rollout.prompts import PromptBuilder, parse_action
+from paw_lightning.rollout.samples import build_buffer
+from paw_lightning.testing import build_tiny_tokenizer
 
 from helpers import ROOT
 
@@ -234,6 +236,10 @@ def test_collector_counts_invalid_responses_and_adds_the_qa_penalty(cache):
     assert [s.action for s in traj.steps] == [None, "<search>velmora bridge designed</search>", "<answer>Anselm Ruedi</answer>"]
     assert [s.reward for s in traj.steps] == [-0.01, 0.0, 1.0] and traj.invalid_steps == 1 and traj.won
     assert traj.task_type == "questions" and traj.total_return == pytest.approx(0.99)
+    # the world model predicts retrieved passages only: not the verdict after an answer, not an invalid turn's reminder
+    assert [s.predictable for s in traj.steps] == [False, True, False]
+    buffer = build_buffer([traj], build_tiny_tokenizer(), world_model=True)
+    assert [bool(m.any()) for m in buffer.obs_mask] == [False, True, False]
 
 
 def test_engine_stops_at_the_first_of_several_stop_strings(tiny_model_dir):

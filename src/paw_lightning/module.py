@@ -344,8 +344,10 @@ class PaWModule(LightningModule):
         ends its turn): the model is never trained on where an observation ends (the template's
         end-of-turn tokens are outside ``obs_mask``, METHODS.md §1), so an unbounded prediction
         would run on and count the overrun as errors (a CER above 1). The predictions stay in
-        ``last_predictions`` (sample index → text) for the trajectory table."""
-        indices = spread_indices(len(buffer), n)
+        ``last_predictions`` (sample index → text) for the trajectory table. Transitions without
+        a world-model target (no ``obs_mask`` token) are not predicted."""
+        targets_at = [i for i in range(len(buffer)) if buffer.obs_mask[i].any()]
+        indices = [targets_at[j] for j in spread_indices(len(targets_at), n)]
         contexts, targets, lengths = [], [], []
         for i in indices:
             ids, obs = buffer.input_ids[i], buffer.obs_mask[i]

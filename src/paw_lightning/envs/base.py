@@ -4,7 +4,10 @@ An environment is a plain object with ``reset(seed, episode=0) -> (observation, 
 ``step(action) -> (observation, reward, done, info)``. ``seed`` selects the task (shared by
 the G episodes of a group); ``episode`` seeds only the environment's own stochasticity.
 ``info`` always holds ``"task"``, ``"admissible_actions"`` and ``"won"``, after ``step`` also
-``"action_recognised"`` (an unrecognised action leaves the state unchanged). An optional
+``"action_recognised"`` (an unrecognised action leaves the state unchanged). A ``step`` may add
+``"world_model_target": False`` when its observation is not a state for the world model to
+predict (search QA's verdict after an answer): that transition gets no world-model term and no
+``val/wm/*`` (default True). An optional
 ``close()`` is called when a pool discards the env.
 
 Design notes: docs/design.md#paw_lightningenvsbasepy

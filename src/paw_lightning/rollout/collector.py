@@ -37,6 +37,7 @@ class Step:
     penalty: float = 0.0  # the invalid-action penalty included in ``reward`` (0 on a valid step)
     logprobs: list[float] = field(default_factory=list)  # per response token, from the sampler (engine ``token_stats``)
     entropies: list[float] = field(default_factory=list)
+    predictable: bool = True  # o_{t+1} is a world-model target (the step info's ``world_model_target``, default True)
 
 
 @dataclass
@@ -120,7 +121,8 @@ class Collector:
                     prev_obs = state[i].observation
                     penalty = self.invalid_penalty if action is None else 0.0
                     done = done or t == self.max_steps - 1
-                    step = Step(prev_obs, gen.prompt_ids, gen.response_ids, gen.text, action, reward + penalty, obs, done, penalty, gen.logprobs, gen.entropies)
+                    step = Step(prev_obs, gen.prompt_ids, gen.response_ids, gen.text, action, reward + penalty, obs, done, penalty, gen.logprobs,
+                                gen.entropies, predictable=bool(info.get("world_model_target", True)))
                     trajs[i].steps.append(step)
                     trajs[i].won = bool(info.get("won", False))
                     trajs[i].score = info.get("score", trajs[i].score)

@@ -140,13 +140,15 @@ class RolloutBuffer:
 
 def build_buffer(trajectories: list[Trajectory], tokenizer: PreTrainedTokenizerBase, max_obs_tokens: int = 512, world_model: bool = True) -> RolloutBuffer:
     """One sample per step of every trajectory (trajectories with no step are skipped).
-    ``world_model=False`` leaves the world-model segment out (vanilla RL: shorter samples)."""
+    ``world_model=False`` leaves the world-model segment out (vanilla RL: shorter samples), as
+    does a step whose next observation the environment marks as no world-model target
+    (``Step.predictable``): its ``obs_mask`` is all False."""
     segments = ChatSegments(tokenizer)
     input_ids, action_mask, obs_mask, prompt_lengths = [], [], [], []
     group_ids, traj_ids, step_ids, rewards, penalties, anchors = [], [], [], [], [], []
     for traj in trajectories:
         for t, step in enumerate(traj.steps):
-            head, obs = segments.world_model_segment(step.response_ids, step.next_observation, max_obs_tokens) if world_model else ([], [])
+            head, obs = segments.world_model_segment(step.response_ids, step.next_observation, max_obs_tokens) if world_model and step.predictable else ([], [])
             ids = step.prompt_ids + step.response_ids + head + obs
             n_prompt, n_resp = len(step.prompt_ids), len(step.response_ids)
             amask = torch.zeros(len(ids), dtype=torch.bool)

@@ -122,16 +122,16 @@ class SearchQAEnv:
         parsed = protocol.parse(action)
         if parsed is None:
             self._done = self._turn >= self.max_turns
-            return protocol.INVALID, 0.0, self._done, self._info(recognised=False)
+            return protocol.INVALID, 0.0, self._done, {**self._info(recognised=False), "world_model_target": False}
         kind, text = parsed
         if kind == "answer":
             self._done, self._won = True, exact_match(text, self._question["golden_answers"]) == 1.0
-            return f"Your answer is {'correct' if self._won else 'incorrect'}.", float(self._won), True, self._info(recognised=True)
+            return f"Your answer is {'correct' if self._won else 'incorrect'}.", float(self._won), True, {**self._info(recognised=True), "world_model_target": False}
         try:
             passages = self.retriever.retrieve(text, self.topk)
         except RetrievalError as err:
             self._done = True
-            return protocol.information([]), 0.0, True, {**self._info(recognised=True), "error": str(err)}
+            return protocol.information([]), 0.0, True, {**self._info(recognised=True), "error": str(err), "world_model_target": False}
         self._done = self._turn >= self.max_turns
         return protocol.information(passages), 0.0, self._done, self._info(recognised=True)
 
