@@ -31,6 +31,7 @@ from paw_lightning.module import PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
 from paw_lightning.scale import peers
 from paw_lightning.tracking import EvaluationReport, MLflowSaveConfigCallback, MLflowTracking, resume_mlflow_run
+from paw_lightning.training import stop_deadline
 from paw_lightning.training.checkpoint_io import CheckpointWriteError
 from paw_lightning.training.nonfinite import NonFiniteTrainingError
 from paw_lightning.training.threads import choose_threads
@@ -82,6 +83,8 @@ class PawCLI(LightningCLI):
         parser.add_lightning_class_args(RunSummary, "summary")
         parser.add_argument("--threads", type=Optional[Union[int, str]], default="auto",
                             help="torch threads on CPU: auto (one per core other processes leave free), a number, or null (torch's default)")
+        parser.add_argument("--stop_deadline_s", type=Optional[float], default=60.0,
+                            help="after SIGTERM, exit at the latest this many seconds later, even if blocked (null: wait for Lightning's orderly stop)")
 
     def _instantiate_trainer(self, config: dict, callbacks: list):
         """Lightning's rich progress bar animates only on a terminal: elsewhere (stdout is a log
@@ -95,12 +98,14 @@ class PawCLI(LightningCLI):
         return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
-        """Torch threads (``threads``); ``fit --ckpt_path=…``: log into the MLflow run the
-        checkpoint was written by."""
+        """Torch threads (``threads``), the SIGTERM deadline (``stop_deadline_s``,
+        :mod:`paw_lightning.training.stop_deadline`); ``fit --ckpt_path=…``: log into the MLflow
+        run the checkpoint was written by."""
         if self.subcommand is not None:
             chosen = choose_threads(self.config[self.subcommand].get("threads"))
             if chosen:
                 print(chosen, file=sys.stderr)
+            stop_deadline.install(self.config[self.subcommand].get("stop_deadline_s"))
         if self.subcommand == "fit":
             config = self.config["fit"]
             resume_mlflow_run(config.trainer.logger, config.get("ckpt_path"))
