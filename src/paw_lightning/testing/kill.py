@@ -124,7 +124,7 @@ class KillResult:
     error: str = ""
 
     @property
-    def epochs_lost(self) -> int | None:
+    def epochs_lost(self) -> int:
         """Epochs the kill cost: those after the checkpoint, up to and including the killed one."""
         return self.epoch + 1 if self.checkpoint_epoch is None else self.epoch - self.checkpoint_epoch
 

@@ -11,8 +11,8 @@ raised as before), the client
   order, and sends them when the server answers again — it tries again at most every
   ``retry_every`` seconds, at the next write — then tags the run ``paw.tracking_outage`` with
   how long the outage lasted and what was kept and lost;
-- drops other writes meanwhile (artifacts, tables, single tags, the run's end status) and counts
-  them: they are listed when the server is back, or at the end.
+- drops other writes meanwhile (artifacts, tables, single tags) and counts them: they are
+  listed when the server is back, or at the end.
 
 If the server is still down when the run ends, :meth:`OutageTolerantClient.close` writes the
 unsent batches and the run's end status to a JSON-lines file and prints one line naming it;
