@@ -20,7 +20,8 @@ def test_embedded_model_fits_on_gpu(tmp_path, monkeypatch, overlay):
     ])
     client, (run,) = mlflow_runs(tmp_path)
     assert len(metric_history(client, run, "train/loss")) == 2
-    assert len(metric_history(client, run, "val/episode/success_rate")) == 1
+    assert len(metric_history(client, run, "val/episode/success_rate")) == 2  # before the first update, after epoch 1
+    assert metric_history(client, run, "system/gpu_memory_allocated_gib")[-1] > 0.1  # the model lived on the GPU
 
 
 @pytest.mark.gpu
