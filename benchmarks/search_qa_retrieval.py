@@ -1,7 +1,7 @@
 """Search QA retrieval figures: index build time, retrieval latency p50/p99, the expert's EM.
 
 1. The default generated encyclopedia (591 passages): BM25 and dense (the embedded
-   all-MiniLM-L6-v2, exact numpy index) build time and latency over the single-hop questions
+   all-MiniLM-L6-v2, exact index) build time and latency over the single-hop questions
    (the question text as the query, k = 3), and top-3 recall of the supporting passage.
 2. A large generated corpus (``--large``, 100,000 passages) with BM25, and one of
    ``--dense-large`` passages (default also 100,000: embedding them takes about 5 minutes on 2
