@@ -9,7 +9,7 @@ process, the methods that do the work:
 - model load:     ``PaWModule.configure_model`` (base LM + LoRA, called inside ``fit``)
 - rollout:        ``Collector.collect`` (of which ``GenerationEngine.generate`` = the LM
                   sampling; the rest is prompt building, action parsing, env steps)
-- scoring pass:   ``PaWModule.score`` (π_old and reference log-probs, entropies)
+- scoring pass:   ``update.score`` (π_old and reference log-probs, entropies)
 - other data:     the rest of ``RolloutDataModule.train_dataloader`` (sample building,
                   advantages, world-model selection)
 - optimisation:   ``on_train_batch_start`` → ``on_train_batch_end`` of a Callback, split at
@@ -50,6 +50,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from machine import machine_load
 from transformers.utils import logging as hf_logging
 
+from paw_lightning import update
 from paw_lightning.cli import PawCLI
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.module import PaWModule
@@ -84,7 +85,7 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def timed(owner: type, name: str, key: str, describe=None) -> None:
+def timed(owner, name: str, key: str, describe=None) -> None:
     """Replace ``owner.name`` by a wrapper that adds its wall time to ``SECONDS[key]``;
     ``describe(args, result)`` (optional) adds details to its progress line."""
     original = getattr(owner, name)
@@ -104,6 +105,15 @@ def timed(owner: type, name: str, key: str, describe=None) -> None:
             progress(f"{key}: {seconds:.1f} s{detail}{'' if done else ' (interrupted)'}")
 
     setattr(owner, name, wrapper)
+
+
+HOOKS = [  # (owner, attribute, part, progress detail from (args, result)): what timed() wraps
+    (PaWModule, "configure_model", "model load", None),
+    (RolloutDataModule, "train_dataloader", "train_dataloader", None),
+    (Collector, "collect", "rollout", lambda a, r: f"{len(r)} episodes, {sum(len(s.response_ids) for t in r for s in t.steps)} tokens"),
+    (GenerationEngine, "generate", "generate", lambda a, r: f"batch {len(r)}, {sum(len(g.response_ids) for g in r)} tokens"),
+    (update, "score", "scoring pass", lambda a, r: f"{len(a[1])} samples"),
+]
 
 
 class OptimisationTimer(Callback):
@@ -143,6 +153,7 @@ def cli_args(args: argparse.Namespace, extra: list[str], workdir: Path) -> list[
         f"--trainer.default_root_dir={workdir / 'runs'}",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{workdir / 'mlflow.db'}",
         "--data.progress=false",
+        "--summary.enabled=false",  # no validation before the first update either
     ]
     return cli + extra
 
@@ -161,11 +172,8 @@ def main() -> int:
     load_at_start = machine_load()
     if args.threads:
         torch.set_num_threads(args.threads)
-    timed(PaWModule, "configure_model", "model load")
-    timed(RolloutDataModule, "train_dataloader", "train_dataloader")
-    timed(Collector, "collect", "rollout", lambda a, r: f"{len(r)} episodes, {sum(len(s.response_ids) for t in r for s in t.steps)} tokens")
-    timed(GenerationEngine, "generate", "generate", lambda a, r: f"batch {len(r)}, {sum(len(g.response_ids) for g in r)} tokens")
-    timed(PaWModule, "score", "scoring pass", lambda a, r: f"{len(a[1])} samples")
+    for owner, name, key, describe in HOOKS:
+        timed(owner, name, key, describe)
 
     interrupted = False
     with tempfile.TemporaryDirectory(prefix="paw-epoch-") as tmp:
@@ -190,7 +198,7 @@ def main() -> int:
 
 
 def scoring_positions(buffer, batch_size: int) -> tuple[int, int]:
-    """(token positions the scoring forwards compute, real tokens): ``PaWModule.score``
+    """(token positions the scoring forwards compute, real tokens): ``update.score``
     right-pads consecutive chunks of ``batch_size`` samples to the chunk's longest."""
     lengths = [x.numel() for x in buffer.input_ids]
     chunks = [lengths[i : i + batch_size] for i in range(0, len(lengths), batch_size)]
@@ -207,14 +215,14 @@ def report(args, cli, fit_s: float, build_s: float, load_at_start: str, interrup
     other_data = SECONDS["train_dataloader"] - SECONDS["rollout"] - SECONDS["scoring pass"]
 
     def rate(n: float, seconds: float, unit: str) -> str:
-        return f"{n / seconds:.1f} {unit}" if n and seconds else ""
+        return f"{n / seconds:.1f} {unit}" if n and seconds > 1e-3 else ""
 
     parts = [
         ("model load (configure_model)", SECONDS["model load"], ""),
         ("rollout (Collector.collect)", SECONDS["rollout"], rate(gen_tokens, SECONDS["rollout"], "generated tok/s")),
         ("  of which LM generate", SECONDS["generate"], f"{CALLS['generate']} calls; " + rate(gen_tokens, SECONDS["generate"], "tok/s")),
         ("  of which prompts + env steps", SECONDS["rollout"] - SECONDS["generate"], ""),
-        ("scoring pass (PaWModule.score)", SECONDS["scoring pass"], rate(sample_tokens, SECONDS["scoring pass"], "sample tok/s")),
+        ("scoring pass (update.score)", SECONDS["scoring pass"], rate(sample_tokens, SECONDS["scoring pass"], "sample tok/s")),
         ("other data prep (samples, adv.)", other_data, ""),
         ("optimisation", optim, f"{CALLS['optimizer']} optimizer steps; " + rate(sample_tokens, optim, "sample tok/s")),
         ("  of which forward", SECONDS["forward"], ""),

@@ -1,9 +1,11 @@
-"""Seconds per RL iteration at the learning benchmark's size: the prompt and observation
-settings before and after the compact ones, side by side in one run.
+"""Seconds per RL iteration, variants side by side in one run: the learning benchmark's prompt
+and observation settings before and after the compact ones (``--suite learning``), or the
+main job's epoch before and after its speed-ups (``--suite main_job``).
 
 Each variant is a real ``python -m paw_lightning fit`` of one epoch (one RL iteration: rollout,
-scoring pass, update) of ``configs/frozenlake.yaml`` + the algorithm + the learning overlay
-(``configs/learning/frozenlake.yaml``), without validation, that differs only in the
+scoring pass, update) of the suite's config files (``learning``: ``configs/frozenlake.yaml`` +
+the algorithm + the objective + the learning overlay ``configs/learning/frozenlake.yaml``;
+``main_job``: ``configs/alfworld.yaml``), without validation, that differs only in the
 arguments of the variant; the iteration's ``train/perf/rollout_s``, ``scoring_s`` and
 ``update_s`` (:mod:`paw_lightning.training.perf`) are read back from a throw-away MLflow store.
 Variants run alternately, ``--reps`` times each; the table gives the median and the range,
@@ -11,14 +13,18 @@ and the ratio of the medians to the first variant. The format warm-up is trained
 per variant (its cache in the temporary directory) before the timed repetitions, so both
 variants start from a policy that answers in the format.
 
-    python benchmarks/iteration_time.py                      # before vs after, 3 repetitions
+    python benchmarks/iteration_time.py                      # the learning suite: before vs after, 3 repetitions
     python benchmarks/iteration_time.py --reps 5 --threads 1
+    python benchmarks/iteration_time.py --suite main_job --threads 2
     python benchmarks/iteration_time.py -- --model.lm.name_or_path=DIR   # after "--": CLI arguments of every fit
 
-Variants (``VARIANTS``): ``before``: verl-agent's prompt with K = 2 history, SPA's
+Variants (``SUITES``). ``learning``: ``before``: verl-agent's prompt with K = 2 history, SPA's
 grid + coordinates observation and π_old recomputed by a scoring forward; ``after``: the
 learning overlay's settings: the compact prompt, K = 0, coordinates only, π_old from the
-sampler (``model.old_logprobs: rollout``).
+sampler (``model.old_logprobs: rollout``). ``main_job``: ``before``: float32 weights and
+π_old recomputed by a scoring forward (the main job when issue 16 was filed); ``float32``:
+π_old from the sampler; ``after``: also ``model.lm.dtype: auto`` (the main job now:
+bfloat16 on a CPU with AMX or AVX-512 BF16).
 """
 from __future__ import annotations
 
@@ -34,21 +40,34 @@ import mlflow
 from machine import machine_load
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {
-    "before": ["--data.rollout.prompt_style=verl", "--data.rollout.history_length=2", "--data.env_kwargs={size: 3, hole_prob: 0.2, layout: corners, observation: full}",
-               "--model.old_logprobs=recompute"],
-    "after": [],
+SUITES = {
+    "learning": {
+        "configs": lambda args: ["configs/frozenlake.yaml", f"configs/algorithms/{args.algorithm}.yaml", f"configs/objectives/{args.objective}.yaml", "configs/learning/frozenlake.yaml"],
+        "variants": {
+            "before": ["--data.rollout.prompt_style=verl", "--data.rollout.history_length=2",
+                       "--data.env_kwargs={size: 3, hole_prob: 0.2, layout: corners, observation: full}", "--model.old_logprobs=recompute"],
+            "after": [],
+        },
+    },
+    "main_job": {
+        "configs": lambda args: ["configs/alfworld.yaml"],
+        "variants": {
+            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute"],
+            "float32": ["--model.lm.dtype=float32"],
+            "after": [],
+        },
+    },
 }
 PHASES = ("rollout_s", "scoring_s", "update_s")
 
 
 def run_iteration(name: str, workdir: Path, args, warm_up_only: bool = False) -> dict[str, float]:
     """One fit of one epoch (or of none: only the warm-up, to fill its cache); its perf metrics."""
+    suite = SUITES[args.suite]
     cmd = [
         sys.executable, "-m", "paw_lightning", "fit",
-        "-c", str(ROOT / "configs/frozenlake.yaml"), "-c", str(ROOT / "configs/algorithms" / f"{args.algorithm}.yaml"),
-        "-c", str(ROOT / "configs/objectives" / f"{args.objective}.yaml"), "-c", str(ROOT / "configs/learning/frozenlake.yaml"),
-        *VARIANTS[name],
+        *[arg for config in suite["configs"](args) for arg in ("-c", str(ROOT / config))],
+        *suite["variants"][name],
         f"--trainer.max_epochs={0 if warm_up_only else 1}", "--trainer.limit_val_batches=0", "--summary.enabled=false",
         "--trainer.enable_progress_bar=false", "--data.progress=false", "--checkpoint.save_last=false", "--checkpoint.every_n_epochs=0",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{workdir / 'mlflow.db'}", f"--trainer.logger.init_args.experiment_name={name}",
@@ -67,6 +86,7 @@ def run_iteration(name: str, workdir: Path, args, warm_up_only: bool = False) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=sorted(SUITES), default="learning", help="which variants (default: learning)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per fit (OMP_NUM_THREADS)")
     parser.add_argument("--algorithm", default="gigpo_verl")
@@ -74,18 +94,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args, extra = parser.parse_known_args()
     args.extra = [a for a in extra if a != "--"]
-    times: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
+    variants = SUITES[args.suite]["variants"]
+    times: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="iteration_time-") as tmp:
         workdir = Path(tmp)
-        for name in VARIANTS:
+        for name in variants:
             print(f"{name}: warm-up (trained once, cached)", file=sys.stderr, flush=True)
             run_iteration(name, workdir, args, warm_up_only=True)
         for rep in range(args.reps):
-            for name in VARIANTS:
+            for name in variants:
                 times[name].append(run_iteration(name, workdir, args))
                 total = sum(times[name][-1].values())
                 print(f"rep {rep + 1}/{args.reps} {name}: {total:.1f} s ({machine_load()})", file=sys.stderr, flush=True)
-    print(f"seconds per RL iteration, {args.threads} torch thread(s), {args.algorithm} + {args.objective}, "
+    what = f"{args.algorithm} + {args.objective}" if args.suite == "learning" else "configs/alfworld.yaml"
+    print(f"seconds per RL iteration ({args.suite}: {what}), {args.threads} torch thread(s), "
           f"median [min, max] of {args.reps} alternated repetitions; {machine_load()} at the end\n")
     header = f"{'variant':8s} " + " ".join(f"{p[:-2]:>22s}" for p in (*PHASES, "total_s")) + "   total vs first"
     print(header + "\n" + "-" * len(header))

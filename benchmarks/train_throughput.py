@@ -45,7 +45,8 @@ alongside for comparability. Rollout: forward only, 2(N − N_head) per forwarde
 (prompt + new − 1), 2·N_head per sampled token (generate computes the logits of the last
 position only), causal attention over the whole sequence. MFU = model FLOP/s ÷ peak: from
 ``--peak-tflops``, else from the dense bf16 table below by ``torch.cuda.get_device_name()``
-(for ``--dtype float32`` on a GPU pass ``--peak-tflops``); on CPU without it MFU is "n/a".
+(for ``--dtype float32`` on a GPU pass ``--peak-tflops``); on a CPU without it, the measured
+FLOP/s of a 2048³ matmul in ``--dtype`` with the benchmark's threads (``cpu_matmul_flops``).
 
     python benchmarks/train_throughput.py                            # embedded SmolLM2-135M
     python benchmarks/train_throughput.py --random 1.5b --gradient-checkpointing
@@ -246,11 +247,28 @@ def train_step(model, args, device):
     return step
 
 
+CPU_PEAK_SIZE = 2048
+
+
+def cpu_matmul_flops(dtype: torch.dtype) -> float:
+    """This CPU's measured limit: FLOP/s of a large square matmul in ``dtype`` (median of 5
+    after 2 warm-ups), with the benchmark's threads. bfloat16 runs on AMX / AVX-512 BF16 where
+    the CPU has them, else emulated (slower than float32)."""
+    a, b = torch.randn(CPU_PEAK_SIZE, CPU_PEAK_SIZE, dtype=dtype), torch.randn(CPU_PEAK_SIZE, CPU_PEAK_SIZE, dtype=dtype)
+    times = []
+    for i in range(7):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * CPU_PEAK_SIZE**3 / statistics.median(times[2:])
+
+
 def peak_flops(args, device) -> tuple[float | None, str]:
     if args.peak_tflops:
         return args.peak_tflops * 1e12, f"{args.peak_tflops:g} TFLOPS (--peak-tflops)"
     if device.type != "cuda":
-        return None, "none (CPU; pass --peak-tflops for MFU)"
+        flops = cpu_matmul_flops(getattr(torch, args.dtype))
+        return flops, f"{flops / 1e12:.3f} TFLOP/s measured (median of 5 {CPU_PEAK_SIZE}³ {args.dtype} matmuls, {torch.get_num_threads()} threads)"
     name = torch.cuda.get_device_name()
     key = next((k for k in PEAK_TFLOPS if k in name), None)
     if key is None:

@@ -87,6 +87,20 @@ def cli_value(value: object) -> str:
     return json.dumps(value)
 
 
+def is_method_overlay(path: str) -> bool:
+    """A config file of ``configs/methods/`` (a method or one of its ablations)."""
+    return Path(path).resolve().parent == CONFIGS / "methods"
+
+
+def spa_position(cmd: list[str]) -> int:
+    """Where ``configs/methods/spa.yaml`` goes in a fit command: after every config file, so that it
+    replaces the learning overlay's warm-up, but before SPA's own ablation overlays (config files
+    under ``configs/methods/``, e.g. ``spa_sft1.yaml``), which change it."""
+    files = [i for i, arg in enumerate(cmd) if arg == "-c"]
+    ablations = [i for i in files if is_method_overlay(cmd[i + 1])]
+    return ablations[0] if ablations else files[-1] + 2
+
+
 @dataclass
 class GridPoint:
     """One run: ``stage`` ∈ {fit, validate} of ``env`` with one algorithm and one objective
@@ -97,7 +111,8 @@ class GridPoint:
     evaluates the untrained model: its configuration is ``base``. The MLflow run gets the
     tags ``config`` (the label: the results table's row), ``algorithm_overlay``,
     ``objective_overlay``, ``seed`` and ``stage``. ``method``: ``spa`` adds
-    ``configs/methods/spa.yaml`` after every config file (``extra``'s too); ``rwml`` first runs the RWML stage
+    ``configs/methods/spa.yaml`` after every config file (``extra``'s too) but before SPA's ablation overlays
+    in ``extra`` (``-c configs/methods/spa_sft1.yaml``); ``rwml`` first runs the RWML stage
     (``configs/methods/rwml.yaml`` on the env's environment, MLflow experiment
     ``<experiment_name>-rwml``) and starts the fit from its ``last.ckpt`` (``validate``: no method)."""
 
@@ -147,8 +162,7 @@ class GridPoint:
         if self.epochs is not None and self.stage == "fit":
             cmd.append(f"--trainer.max_epochs={self.epochs}")
         if self.method == "spa" and self.stage == "fit":
-            after_files = max(i for i, arg in enumerate(cmd) if arg == "-c") + 2  # after every config file, extra's included
-            cmd[after_files:after_files] = ["-c", str(CONFIGS / "methods/spa.yaml")]
+            cmd[spa_position(cmd):spa_position(cmd)] = ["-c", str(CONFIGS / "methods/spa.yaml")]
         if self.method == "rwml" and self.stage == "fit":
             cmd.append(f"--model.init_weights={output_dir / 'rwml' / 'last.ckpt'}")
         return cmd + [f"--{key}={cli_value(value)}" for key, value in flatten(self.params).items()]

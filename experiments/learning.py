@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mlflow
-from grid import METHODS, ROOT, GridPoint, env_config, kill_running, run_point, summary
+from grid import METHODS, ROOT, GridPoint, env_config, is_method_overlay, kill_running, run_point, summary
 from paw_lightning import analysis
 from paw_lightning.tracking.logger import EXPERIMENT_KIND
 
@@ -99,7 +99,15 @@ def main(argv: list[str] | None = None) -> None:
 
 def warm_up(args, shared: list[str], out: Path) -> None:
     """Train (or find cached) the warm-up once, in a fit of zero epochs, before the runs start
-    in parallel (two runs starting together would both train it)."""
+    in parallel (two runs starting together would both train it). A method's ablation overlay
+    in ``shared`` (``-c configs/methods/spa_sft1.yaml``) is left out: its stages run in the runs."""
+    kept = []
+    for arg in shared:
+        if kept and kept[-1] == "-c" and is_method_overlay(arg):
+            kept.pop()
+        else:
+            kept.append(arg)
+    shared = kept
     cmd = [sys.executable, "-m", "paw_lightning", "fit", "-c", str(env_config(args.env)), "-c", str(ROOT / "configs/algorithms" / f"{args.algorithm}.yaml"),
            *shared, "--trainer.max_epochs=0", "--trainer.logger=false", "--summary.enabled=false", "--trainer.enable_progress_bar=false",
            f"--trainer.default_root_dir={out / 'warmup'}", "--data.progress=false"]

@@ -7,6 +7,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
 from paw_lightning.demonstrations import collect_demonstrations
@@ -79,15 +80,15 @@ def test_unknown_demonstration_source_is_a_clear_error(tokenizer):
         BehaviourCloningWarmup(source="random")
 
 
-def test_warmup_cache_key_depends_on_source_reason_and_prompt(tmp_path):
-    module = SimpleNamespace(lm_config=LMConfig(name_or_path="x"))
-
-    def key(source="expert", reason="r", style="verl"):
+def test_warmup_cache_key_depends_on_source_reason_prompt_and_loaded_dtype(tmp_path):
+    def key(source="expert", reason="r", style="verl", dtype=torch.float32):
+        module = SimpleNamespace(lm_config=LMConfig(name_or_path="x", dtype="auto"), lm=torch.nn.Linear(2, 2, dtype=dtype))
         dm = SimpleNamespace(env_name="frozenlake", env_kwargs={}, rollout=SimpleNamespace(max_steps=6), prompt=PromptBuilder("frozenlake", 0, style))
         return BehaviourCloningWarmup(source=source, reason=reason, cache_dir=str(tmp_path)).cache_file(module, dm)
 
     assert key() == key()
-    assert len({key(), key(source="random_valid"), key(reason="other"), key(style="compact")}) == 4
+    # dtype auto loads bfloat16 on one CPU and float32 on another: their warm-ups differ
+    assert len({key(), key(source="random_valid"), key(reason="other"), key(style="compact"), key(dtype=torch.bfloat16)}) == 5
 
 
 # ------------------------------------------------------------------- prompts

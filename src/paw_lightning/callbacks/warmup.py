@@ -142,6 +142,7 @@ class BehaviourCloningWarmup(Callback):
             return None
         key = {
             "lm": dataclasses.asdict(pl_module.lm_config),
+            "weights_dtype": str(next(pl_module.lm.parameters()).dtype),  # what dtype ``auto`` became here
             "env": datamodule.env_name,
             "env_kwargs": getattr(datamodule, "env_kwargs", {}),
             "prompt": [datamodule.prompt.style, datamodule.prompt.history_length],
