@@ -7,6 +7,8 @@ import ast
 import re
 from types import SimpleNamespace
 
+import torch
+
 from paw_lightning.callbacks import BehaviourCloningWarmup
 from paw_lightning.model import LMConfig
 
@@ -28,7 +30,7 @@ def test_a_cache_file_named_after_the_environment_stays_in_the_cache(tmp_path):
     warmup = BehaviourCloningWarmup(cache_dir=str(tmp_path / "cache"))
     datamodule = SimpleNamespace(env_name="../../outside/evil", env_kwargs={}, prompt=SimpleNamespace(style="verl", history_length=2),
                                  rollout=SimpleNamespace(max_steps=4))
-    path = warmup.cache_file(SimpleNamespace(lm_config=LMConfig(name_or_path="x")), datamodule)
+    path = warmup.cache_file(SimpleNamespace(lm_config=LMConfig(name_or_path="x"), lm=torch.nn.Linear(2, 2)), datamodule)
     assert path.resolve().parent == (tmp_path / "cache").resolve()
 
 
