@@ -162,7 +162,8 @@ class GridPoint:
         if self.epochs is not None and self.stage == "fit":
             cmd.append(f"--trainer.max_epochs={self.epochs}")
         if self.method == "spa" and self.stage == "fit":
-            cmd[spa_position(cmd):spa_position(cmd)] = ["-c", str(CONFIGS / "methods/spa.yaml")]
+            at = spa_position(cmd)
+            cmd[at:at] = ["-c", str(CONFIGS / "methods/spa.yaml")]
         if self.method == "rwml" and self.stage == "fit":
             cmd.append(f"--model.init_weights={output_dir / 'rwml' / 'last.ckpt'}")
         return cmd + [f"--{key}={cli_value(value)}" for key, value in flatten(self.params).items()]

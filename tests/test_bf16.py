@@ -6,6 +6,7 @@ import math
 
 import torch
 from helpers import metric_history, mlflow_runs, tiny_args
+from test_module import make_module
 from test_rollout_logprobs import sampled_buffer
 
 from paw_lightning import model as model_lib
@@ -50,12 +51,7 @@ def test_bfloat16_base_stays_frozen_while_float32_lora_trains(tiny_model_dir, tm
 def test_bfloat16_sampler_logprobs_are_close_to_the_scoring_forward(tiny_model_dir):
     """π_old read from the sampler (KV-cached, left-padded decoding) and from a scoring forward
     (the whole sequence at once) round differently in bfloat16: close, not equal as in float32."""
-    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16"))
-    module.configure_model()
-    with torch.no_grad():
-        for name, p in module.lm.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
+    module = make_module(tiny_model_dir, dtype="bfloat16")  # a non-zero adapter, as the float32 test's
     buffer = sampled_buffer(module)
     sampler_old = list(buffer.sampler_logprobs)
     score(module, buffer)

@@ -13,8 +13,8 @@ from paw_lightning.rollout.engine import chat_prompt_ids
 from paw_lightning.rollout.samples import build_buffer
 
 
-def make_module(tiny_model_dir, **kwargs) -> PaWModule:
-    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)), **kwargs)
+def make_module(tiny_model_dir, dtype: str = "float32", **kwargs) -> PaWModule:
+    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir), dtype=dtype), **kwargs)
     module.configure_model()
     with torch.no_grad():  # a non-zero adapter, so the reference policy differs from π_θ
         for name, p in module.lm.named_parameters():
