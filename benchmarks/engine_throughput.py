@@ -1,4 +1,5 @@
-"""Rollout engines side by side: hf ``generate`` vs CTranslate2 int8 and float32 at a config's shapes.
+"""Rollout engines side by side: hf ``generate`` (on the trained model and on a merged copy,
+``HFEngine(merge_lora=True)``) vs CTranslate2 int8 and float32 at a config's shapes.
 
 First-step prompts of the config's environment (``data.env``, its ``env_kwargs`` and prompt
 settings; task seeds 0…N−1) are generated in calls of the config's rollout batch
@@ -33,7 +34,7 @@ from paw_lightning.cli import resolved_config
 from paw_lightning.envs import make_env_factory
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax
 from paw_lightning.rollout.ct2 import CT2Engine
-from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids
+from paw_lightning.rollout.engine import GenerationEngine, HFEngine, chat_prompt_ids
 from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 
 
@@ -82,6 +83,9 @@ def main() -> None:
 
     # a sampler per rep and engine (a CTranslate2 sampler seeds its stream at its first call)
     samplers, sync = {"hf": lambda: GenerationEngine(lm, tokenizer, budget, token_stats=True)}, {"hf": 0.0}
+    merged = HFEngine(merge_lora=True)
+    merged.sampler(lm, tokenizer, budget, True, version=0)
+    samplers["hf merged"], sync["hf merged"] = (lambda: merged.sampler(lm, tokenizer, budget, True, version=0)), merged.last_sync_seconds
     for name, compute_type in (("ct2 int8", "int8"), ("ct2 float32", "float32")):
         engine = CT2Engine(compute_type, threads=threads, tis_cap=None)
         engine.sync(lm, tokenizer, version=0)
@@ -117,7 +121,7 @@ def main() -> None:
         mean_len = tokens[name] / max(len(generations[name]), 1)
         print(f"{name:<12} {tokens[name] / seconds[name]:>7.1f} {per_rep:>22} {ratio:>12.2f}× {mean_len:>8.1f} {sync[name]:>7.1f} {engine_gap(lm, generations[name]):>9.2e}")
     print("\ntok/s: response tokens / generate wall time over the counted reps; × hf: median of the per-rep ratios;"
-          "\nsync: merge LoRA + convert + write the copy (per update in training); engine_kl: mean |log π_engine − log π_θ|.")
+          "\nsync: make the merged copy (ct2: also convert and write it; per update in training); engine_kl: mean |log π_engine − log π_θ|.")
     sys.stdout.flush()
 
 

@@ -81,3 +81,18 @@ def test_vanilla_rl_without_world_model(tiny_model_dir, tmp_path, monkeypatch):
     metrics = runs[0].data.metrics
     assert "train/policy/loss" in metrics and not any(k.startswith("train/wm/") for k in metrics)
     assert runs[0].data.tags["world_model_objective"] == "none"
+
+
+def test_a_fit_without_updates_plays_no_rollout(tiny_model_dir, tmp_path, monkeypatch):
+    """``fit --trainer.max_epochs=0`` (the warm-up alone, SPA's stages alone) and a resume of a
+    finished run: Lightning still asks for the training data, and no episode is played for it."""
+    from paw_lightning.data import RolloutDataModule
+
+    played = []
+    original = RolloutDataModule._collect
+    monkeypatch.setattr(RolloutDataModule, "_collect", lambda self, module, pool, *a: played.append(pool) or original(self, module, pool, *a))
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=0", "--summary.enabled=false")])
+    assert "train" not in played
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=1")])
+    assert played.count("train") == 1  # the one update's rollout

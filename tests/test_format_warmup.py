@@ -73,6 +73,30 @@ def test_random_valid_actions_are_spread_over_the_admissible_set(tokenizer):
     assert not all(d.won for d in demos)  # random play, unlike the expert
 
 
+def test_random_moving_actions_always_change_the_state(tokenizer):
+    """FrozenLake 3×3 from the top-left corner: Up and Left bump into the border there, and
+    random_valid plays such moves; random_moving never does while a move exists, and still
+    spreads over the moves that change the state."""
+    factory = make_env_factory("frozenlake", size=3, hole_prob=0.0, layout="corners")
+    moving = collect_demonstrations(factory, tokenizer, PromptBuilder("frozenlake", 0), list(range(12)), max_steps=8, source="random_moving", seed=1)
+    valid = collect_demonstrations(factory, tokenizer, PromptBuilder("frozenlake", 0), list(range(12)), max_steps=8, source="random_valid", seed=1)
+
+    def bumps(demos):
+        env, count = factory(), 0
+        for demo in demos:
+            if demo.step == 0:
+                obs, _ = env.reset(demo.task_seed, 0)
+            after, _, _, _ = env.step(demo.action)
+            count += after == obs
+            obs = after
+        return count
+
+    assert bumps(moving) == 0 and bumps(valid) > len(valid) // 5
+    assert set(Counter(d.action for d in moving)) == {"Up", "Down", "Left", "Right"}
+    again = collect_demonstrations(factory, tokenizer, PromptBuilder("frozenlake", 0), list(range(12)), max_steps=8, source="random_moving", seed=1)
+    assert [d.action for d in again] == [d.action for d in moving]  # seeded
+
+
 def test_unknown_demonstration_source_is_a_clear_error(tokenizer):
     with pytest.raises(ValueError, match="unknown demonstration source 'random'.*expert, random_valid"):
         collect_demonstrations(make_env_factory("frozenlake"), tokenizer, PromptBuilder("frozenlake"), [0], source="random")

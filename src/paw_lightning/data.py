@@ -152,6 +152,8 @@ class RolloutDataModule(LightningDataModule):
 
     # ------------------------------------------------------------- training
     def train_dataloader(self) -> DataLoader:
+        if self._fit_is_over():  # Lightning asks for the data even then: no rollout for it
+            return DataLoader([], batch_sampler=[])
         module = self.trainer.lightning_module
         epoch = self.trainer.current_epoch
         tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.rollout.groups)]
@@ -237,6 +239,13 @@ class RolloutDataModule(LightningDataModule):
         n = distributed.max_across_ranks(math.ceil(len(indices) / batch_size))
         n = min(n, distributed.min_across_ranks(len(indices)))
         return [chunk.tolist() for chunk in torch.tensor(indices, dtype=torch.long).tensor_split(n)] if n else []
+
+    def _fit_is_over(self) -> bool:
+        """Whether the fit has no update left: ``fit --trainer.max_epochs=0`` (e.g. the warm-up or
+        SPA's stages alone), or a resume of a finished run."""
+        trainer = self.trainer
+        epochs_done = trainer.max_epochs is not None and 0 <= trainer.max_epochs <= trainer.current_epoch
+        return epochs_done or 0 <= trainer.max_steps <= trainer.global_step
 
     @staticmethod
     def _loader(buffer: RolloutBuffer, batches: list[list[int]]) -> DataLoader:

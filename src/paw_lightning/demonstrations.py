@@ -3,7 +3,11 @@ the policy's format: every step played becomes ``[prompt h_t][response a_t]``, `
 the collector builds it, ``a_t`` = ``<think>{reason}</think><action>{action}</action>`` + eos (with
 SPA's prompt style, SPA's format with the true states), the only part in ``loss_mask``.
 Sources: ``expert`` (``walkthrough()``, else ``solve()``) teaches format and solution;
-``random_valid`` (a uniform admissible action) the format only. Simplifications: one fixed
+``random_valid`` (a uniform admissible action) the format only; ``random_moving`` (a uniform
+admissible action among those that change the observation) the format without a bias towards
+moves that change nothing: SPA's format predicts the next state before the answer, and a
+warm-up on ``random_valid`` moves taught the 135M model that the next state equals the current
+one and so to bump into the border. Simplifications: one fixed
 reason (``REASON``); the response is tokenized in pieces so the action's tokens are known
 exactly; every step played is kept, won or not.
 Design notes: docs/design.md#paw_lightningdemonstrationspy
@@ -24,7 +28,7 @@ from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 from paw_lightning.rollout.spa import spa_response
 
 REASON = "The task requires this step next."
-SOURCES = ("expert", "random_valid")
+SOURCES = ("expert", "random_valid", "random_moving")
 RANDOM_MAX_STEPS = 50  # cap of a random episode when no max_steps is given
 
 # chooses the next action from (env, info of the current state, step index); None ends the episode
@@ -136,6 +140,33 @@ def random_valid_actions(seed: int) -> ActionSource:
     return choose
 
 
+def random_moving_actions(seed: int, probe_env, task_seed: int) -> ActionSource:
+    """Uniformly random admissible actions among those that change the observation (``help``
+    excluded; all admissible ones when none does), from ``random.Random(seed)``; at most
+    ``RANDOM_MAX_STEPS``. Each candidate is tried on ``probe_env``, replayed from
+    ``reset(task_seed, 0)`` through the actions chosen so far, so the probe is exact for an
+    environment that a (task seed, episode) pair determines (every seeded environment here)."""
+    rng = random.Random(seed)
+    history: list[str] = []
+
+    def outcome(action: str | None) -> str:
+        obs, _info = probe_env.reset(task_seed, 0)
+        for step in history + ([action] if action else []):
+            obs, _reward, _done, _info = probe_env.step(step)
+        return obs
+
+    def choose(env, info: dict, t: int) -> str | None:
+        actions = [a for a in info["admissible_actions"] if a != "help"]
+        if not actions or t >= RANDOM_MAX_STEPS:
+            return None
+        now = outcome(None)
+        moving = [a for a in actions if outcome(a) != now]
+        history.append(rng.choice(moving or actions))
+        return history[-1]
+
+    return choose
+
+
 def play_episode(
     env, tokenizer: PreTrainedTokenizerBase, prompt: PromptBuilder, task_seed: int, choose: ActionSource, max_steps: int | None = None, reason: str = REASON
 ) -> list[Demonstration]:
@@ -186,19 +217,26 @@ def collect_demonstrations(
     seed: int = 0,
 ) -> list[Demonstration]:
     """Episodes of ``source`` (see ``SOURCES``) on ``task_seeds`` with one environment from
-    ``env_factory``; ``seed`` seeds the ``random_valid`` draws."""
+    ``env_factory`` (``random_moving``: a second one probes the actions); ``seed`` seeds the
+    random draws."""
     if source not in SOURCES:
         raise ValueError(f"unknown demonstration source {source!r}: choose one of {', '.join(SOURCES)}")
-    env = env_factory()
+    envs = [env_factory() for _ in range(2 if source == "random_moving" else 1)]
     try:
         demos = []
         for task_seed in task_seeds:
-            choose = expert_actions() if source == "expert" else random_valid_actions(derive_seed(seed, "random-valid", task_seed))
-            demos += play_episode(env, tokenizer, prompt, task_seed, choose, max_steps, reason)
+            if source == "expert":
+                choose = expert_actions()
+            elif source == "random_valid":
+                choose = random_valid_actions(derive_seed(seed, "random-valid", task_seed))
+            else:
+                choose = random_moving_actions(derive_seed(seed, "random-moving", task_seed), envs[1], task_seed)
+            demos += play_episode(envs[0], tokenizer, prompt, task_seed, choose, max_steps, reason)
         return demos
     finally:
-        if callable(getattr(env, "close", None)):
-            env.close()
+        for env in envs:
+            if callable(getattr(env, "close", None)):
+                env.close()
 
 
 def collate(demos: list[Demonstration], pad_token_id: int) -> dict[str, torch.Tensor]:

@@ -1,9 +1,9 @@
 """Behaviour-cloning warm-up: a short SFT on demonstrations before RL starts.
 
 At ``on_fit_start`` of a fresh run, plays demonstration episodes on training-split tasks
-(:mod:`paw_lightning.demonstrations`, ``source``: ``expert`` plans or ``random_valid`` actions
-in the policy's exact format) and fits the LoRA weights to them with cross-entropy on the
-response tokens, with its own AdamW (the trainer's optimizer is untouched). Every rank runs the
+(:mod:`paw_lightning.demonstrations`, ``source``: ``expert`` plans, ``random_valid`` or
+``random_moving`` actions, in the policy's exact format) and fits the LoRA weights to them
+with cross-entropy on the response tokens, with its own AdamW (the trainer's optimizer is untouched). Every rank runs the
 same number of forward/backward passes. With ``cache_dir`` the result is saved under a hash of
 everything that determines it and loaded by later fits with the same settings, so the runs of
 a comparison start from the same policy. Design notes: docs/design.md#paw_lightningcallbackswarmuppy
@@ -39,8 +39,8 @@ class BehaviourCloningWarmup(Callback):
     epochs: passes over the demonstration steps.
     lr: AdamW learning rate of the warm-up.
     batch_size: demonstration steps per optimizer step and rank.
-    seed: seeds the task choice, the shuffling and the ``random_valid`` actions.
-    source: ``expert`` or ``random_valid`` (see above).
+    seed: seeds the task choice, the shuffling and the random actions.
+    source: ``expert``, ``random_valid`` or ``random_moving`` (see above).
     reason: the fixed text inside ``<think></think>`` of every demonstration (a short one
         makes every later response, and so every rollout step, shorter).
     progress: show a rich progress bar (rank 0; also off when ``data.progress`` is false).

@@ -10,7 +10,6 @@ Design notes: docs/design.md#paw_lightningrolloutct2py
 """
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 import time
@@ -18,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, stopped
+from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, merged_copy, stopped
 
 COMPUTE_TYPES = ("int8", "float32", "int8_float32")
 
@@ -29,12 +28,6 @@ def _ctranslate2():
     except ImportError as err:  # the engine is optional
         raise ImportError("model.engine CT2Engine needs the ctranslate2 package: pip install ctranslate2 (or use the default hf engine)") from err
     return ctranslate2
-
-
-def merged_copy(lm) -> torch.nn.Module:
-    """A plain transformers model with the LoRA update merged into the base weights, as a copy
-    (the trained model keeps its adapters)."""
-    return copy.deepcopy(lm).merge_and_unload()
 
 
 def convert(model: torch.nn.Module, tokenizer, output_dir: str, quantization: str) -> None:

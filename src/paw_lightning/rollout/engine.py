@@ -11,10 +11,13 @@ Design notes: docs/design.md#paw_lightningrolloutenginepy
 """
 from __future__ import annotations
 
+import copy
+import time
 import weakref
 from dataclasses import dataclass, field
 
 import torch
+from peft.tuners.lora import LoraLayer
 from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteriaList, StopStringCriteria
 
 from paw_lightning.scale import distributed
@@ -178,10 +181,61 @@ class RolloutEngine:
 
 class HFEngine(RolloutEngine):
     """The reference engine (default): Hugging Face ``generate`` on the trained model itself, so
-    there is no copy to sync and π_engine = π_θ."""
+    there is no copy to sync and π_engine = π_θ.
+
+    Args:
+        merge_lora: sample from a copy of the model whose weights are the merged W + (α/r)·B·A,
+            rewritten when the weights' version (the global step) moved (``last_sync_seconds``).
+            Generation then skips every adapter's extra matmuls and, with a bfloat16 base, the
+            casts to the float32 adapters (the main job's rollout: measured in
+            docs/scaling.md). π_engine = π_θ up to rounding: in float32 ~1e-6; in bfloat16 the
+            merged weight is rounded to bfloat16 once, so the sampler's log-probs move by as
+            much as bfloat16's own decoding noise (``rollout/engine_kl`` in
+            benchmarks/engine_throughput.py). One process, unquantized base; memory: one more
+            copy of the base weights.
+    """
+
+    def __init__(self, merge_lora: bool = False):
+        self.merge_lora = merge_lora
+        self.merged: torch.nn.Module | None = None
+        self.version: object = None  # the weights' version the merged copy holds
+        self.last_sync_seconds: float | None = 0.0 if merge_lora else None  # train/perf/engine_sync_s
+
+    def check(self, lm_config, world_size: int) -> None:
+        if self.merge_lora and (world_size > 1 or lm_config.quantization):
+            raise ValueError("model.engine HFEngine merge_lora needs one process and an unquantized base model: set merge_lora: false with FSDP2/DDP or a 4-bit base")
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
-        return GenerationEngine(lm, tokenizer, max_new_tokens, token_stats)
+        return GenerationEngine(self.merged_model(lm, version) if self.merge_lora else lm, tokenizer, max_new_tokens, token_stats)
+
+    def merged_model(self, lm, version: object) -> torch.nn.Module:
+        """The merged copy, first made or rewritten when ``version`` differs from its own."""
+        if self.merged is None or version != self.version:
+            start = time.perf_counter()
+            if self.merged is None:
+                self.merged = merged_copy(lm).eval()
+            write_merged_weights(self.merged, lm)
+            self.version, self.last_sync_seconds = version, time.perf_counter() - start
+        return self.merged
+
+
+def merged_copy(lm) -> torch.nn.Module:
+    """A plain transformers model with the LoRA update merged into the base weights, as a copy
+    (the trained model keeps its adapters)."""
+    with torch.no_grad():
+        return copy.deepcopy(lm).merge_and_unload()
+
+
+@torch.no_grad()
+def write_merged_weights(merged: torch.nn.Module, lm) -> None:
+    """Rewrite each adapted linear layer of ``merged`` (a :func:`merged_copy` of ``lm``) as W +
+    ΔW from ``lm``'s current LoRA weights, summed in float32 and rounded once to its dtype."""
+    targets = dict(merged.named_modules())
+    for name, layer in lm.named_modules():
+        if isinstance(layer, LoraLayer):
+            weight = targets[name.removeprefix("base_model.model.")].weight
+            delta = sum(layer.get_delta_weight(adapter).float() for adapter in layer.active_adapters)
+            weight.copy_(layer.get_base_layer().weight.float() + delta)
 
 
 def _token_stats(step_logits: tuple[torch.Tensor, ...], tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
