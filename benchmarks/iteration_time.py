@@ -23,8 +23,9 @@ grid + coordinates observation and π_old recomputed by a scoring forward; ``aft
 learning overlay's settings: the compact prompt, K = 0, coordinates only, π_old from the
 sampler (``model.old_logprobs: rollout``). ``main_job``: ``before``: float32 weights and
 π_old recomputed by a scoring forward (the main job when issue 16 was filed); ``float32``:
-π_old from the sampler; ``after``: also ``model.lm.dtype: auto`` (the main job now:
-bfloat16 on a CPU with AMX or AVX-512 BF16).
+π_old from the sampler; ``bfloat16``: also ``model.lm.dtype: auto`` (bfloat16 on a CPU with
+AMX or AVX-512 BF16); ``after``: also rollouts from a merged copy (``HFEngine(merge_lora=True)``):
+the main job now.
 """
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ SUITES = {
     "main_job": {
         "configs": lambda args: ["configs/alfworld.yaml"],
         "variants": {
-            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute"],
-            "float32": ["--model.lm.dtype=float32"],
+            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute", "--model.engine.init_args.merge_lora=false"],
+            "float32": ["--model.lm.dtype=float32", "--model.engine.init_args.merge_lora=false"],
+            "bfloat16": ["--model.engine.init_args.merge_lora=false"],
             "after": [],
         },
     },
@@ -92,9 +94,13 @@ def main() -> None:
     parser.add_argument("--algorithm", default="gigpo_verl")
     parser.add_argument("--objective", default="paw")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", nargs="+", help="a subset of the suite's variants, in this order (default: all)")
     args, extra = parser.parse_known_args()
     args.extra = [a for a in extra if a != "--"]
-    variants = SUITES[args.suite]["variants"]
+    variants = args.variants or list(SUITES[args.suite]["variants"])
+    unknown = set(variants) - set(SUITES[args.suite]["variants"])
+    if unknown:
+        parser.error(f"--variants: {', '.join(sorted(unknown))} not in suite {args.suite} ({', '.join(SUITES[args.suite]['variants'])})")
     times: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="iteration_time-") as tmp:
         workdir = Path(tmp)

@@ -30,7 +30,7 @@ FAMILY_KEYS = {
     "algorithms": ["model.policy_objective.class_path", "model.policy_objective.init_args.advantage", "model.critic"],
     "objectives": ["model.world_model_objective"],
     "scale": ["trainer", "model.lm", "model.optimizer", "model.micro_batch_tokens", "model.score_batch_size",
-              "model.gather_weights_for_generation", "data.rollout.groups", "data.rollout.group_size", "data.rollout.max_steps",
+              "model.gather_weights_for_generation", "model.engine", "data.rollout.groups", "data.rollout.group_size", "data.rollout.max_steps",
               "data.rollout.max_new_tokens", "data.mini_batch_size", "data.evaluation.groups", "data.evaluation.group_size"],
 }
 

@@ -61,7 +61,7 @@ def test_the_copy_is_rewritten_when_the_version_moves(module):
 
 
 def test_refusals_name_the_fix():
-    with pytest.raises(ValueError, match="one process.*merge_lora: false"):
+    with pytest.raises(ValueError, match="one process.*merge_lora=false"):
         HFEngine(merge_lora=True).check(LMConfig(), world_size=2)
     with pytest.raises(ValueError, match="unquantized"):
         HFEngine(merge_lora=True).check(LMConfig(quantization="nf4"), world_size=1)

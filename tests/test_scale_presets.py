@@ -35,6 +35,7 @@ def test_preset_composes_and_documents_its_command(name, capsys):
     if name in ("paper", "multinode", "fsdp2"):
         assert trainer["strategy"]["class_path"] == "paw_lightning.scale.strategy.FSDP2Strategy"
         assert config["model"]["gather_weights_for_generation"] is True
+        assert config["model"]["engine"]["init_args"]["merge_lora"] is False  # alfworld.yaml's merged copy needs one process
     if name in ("gpu1", "paper", "multinode"):
         assert trainer["precision"] == "bf16-mixed" and lm["dtype"] == "bfloat16" and lm["gradient_checkpointing"] is True
 

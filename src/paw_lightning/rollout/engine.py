@@ -203,7 +203,7 @@ class HFEngine(RolloutEngine):
 
     def check(self, lm_config, world_size: int) -> None:
         if self.merge_lora and (world_size > 1 or lm_config.quantization):
-            raise ValueError("model.engine HFEngine merge_lora needs one process and an unquantized base model: set merge_lora: false with FSDP2/DDP or a 4-bit base")
+            raise ValueError("model.engine HFEngine merge_lora needs one process and an unquantized base model: with FSDP2/DDP or a 4-bit base add --model.engine.init_args.merge_lora=false")
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
         return GenerationEngine(self.merged_model(lm, version) if self.merge_lora else lm, tokenizer, max_new_tokens, token_stats)
