@@ -77,3 +77,21 @@ def test_fit_with_the_merged_copy(tiny_model_dir, tmp_path, monkeypatch):
     client, runs = mlflow_runs(tmp_path)
     assert len(metric_history(client, runs[0], "train/loss")) == 2
     assert all(s > 0 for s in metric_history(client, runs[0], "train/perf/engine_sync_s"))
+
+
+def test_stages_before_the_first_update_refresh_the_copy(tiny_model_dir):
+    """The warm-up fits the weights at global step 0: a sampler asked for after it must sample
+    the new weights, not the copy made before it."""
+    from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
+    from paw_lightning.data import RolloutDataModule, RolloutSettings
+
+    module = make_module(tiny_model_dir, engine=HFEngine(merge_lora=True))
+    module.lm.eval()
+    ids = [chat_prompt_ids(module.tokenizer, p) for p in PROMPTS]
+    before = module.sampler(12).generate_ids(ids, 0.0, 0, stop=None)
+    datamodule = RolloutDataModule(env="frozenlake", rollout=RolloutSettings(max_steps=3, history_length=1), progress=False)
+    BehaviourCloningWarmup(demonstrations=2, epochs=4, lr=1e-2, batch_size=2, progress=False).warm_up(module, datamodule)
+    module.lm.eval()
+    after = module.sampler(12).generate_ids(ids, 0.0, 0, stop=None)
+    assert module.global_step == 0
+    assert after == GenerationEngine(module.lm, module.tokenizer, 12).generate_ids(ids, 0.0, 0, stop=None) != before

@@ -142,6 +142,7 @@ class PaWModule(LightningModule):
         self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
         self.clock = EpochClock()  # train/perf/*: the data module times the rollout and scoring, training_step the update
+        self.offline_updates = 0  # fits of the weights outside the trainer's steps (warm-up, SFT stages): see sampler()
 
     # ----------------------------------------------------------------- set-up
     def configure_model(self) -> None:
@@ -162,8 +163,15 @@ class PaWModule(LightningModule):
         self.engine.check(self.lm_config, self.trainer.world_size)
 
     def sampler(self, max_new_tokens: int, token_stats: bool = False) -> GenerationEngine:
-        """The rollout engine's sampler on the current weights (version: the global step)."""
-        return self.engine.sampler(self.lm, self.tokenizer, max_new_tokens, token_stats, version=self.global_step)
+        """The rollout engine's sampler on the current weights. Their version, by which an engine
+        that samples from a copy knows when to refresh it: the global step and the number of
+        :meth:`weights_changed` calls (the stages before the first update, such as the warm-up
+        and SPA's self-play SFT, change the weights at global step 0)."""
+        return self.engine.sampler(self.lm, self.tokenizer, max_new_tokens, token_stats, version=(self.global_step, self.offline_updates))
+
+    def weights_changed(self) -> None:
+        """Tell the rollout engine that the weights changed outside the trainer's steps."""
+        self.offline_updates += 1
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:

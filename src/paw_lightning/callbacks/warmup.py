@@ -116,6 +116,7 @@ class BehaviourCloningWarmup(Callback):
         finally:
             optimizer.zero_grad(set_to_none=True)
             lm.train(was_training)
+            pl_module.weights_changed()
         if distributed.rank() == 0:
             won = sum(d.won and d.step == 0 for d in demos)
             print(
@@ -174,6 +175,7 @@ class BehaviourCloningWarmup(Callback):
         state = saved["state_dict"] if distributed.rank() == 0 or not distributed.is_distributed() else {}
         set_model_state_dict(pl_module, state, options=StateDictOptions(full_state_dict=True, strict=False, broadcast_from_rank0=distributed.is_distributed()))
         self.losses, self._total_steps = list(saved["losses"]), saved["demo_steps"]
+        pl_module.weights_changed()
         if distributed.rank() == 0:
             print(f"behaviour-cloning warm-up loaded from {path} (its loss: {' → '.join(f'{x:.3f}' for x in self.losses)})")
         return self.losses

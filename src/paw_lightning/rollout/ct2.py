@@ -80,7 +80,7 @@ class CT2Engine(RolloutEngine):
             raise ValueError("model.engine CT2Engine needs an unquantized base model (model.lm.quantization: null)")
 
     def sync(self, lm, tokenizer, version: object) -> None:
-        """Reload the copy when ``version`` (the trainer's global step) differs from its own."""
+        """Reload the copy when ``version`` (``PaWModule.sampler``'s weights version) differs from its own."""
         if self.directory is not None and version == self.version:
             return
         _ctranslate2()

@@ -175,7 +175,8 @@ class RolloutEngine:
         """Refuse a setting the engine cannot serve (called at setup)."""
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
-        """A sampler on the weights of ``version`` (the trainer's global step)."""
+        """A sampler on the weights of ``version`` (``PaWModule.sampler``: the global step and
+        the count of changes outside the trainer's steps; equal versions, equal weights)."""
         raise NotImplementedError
 
 
@@ -185,7 +186,7 @@ class HFEngine(RolloutEngine):
 
     Args:
         merge_lora: sample from a copy of the model whose weights are the merged W + (α/r)·B·A,
-            rewritten when the weights' version (the global step) moved (``last_sync_seconds``).
+            rewritten when the weights' version moved (``last_sync_seconds``).
             Generation then skips every adapter's extra matmuls and, with a bfloat16 base, the
             casts to the float32 adapters (the main job's rollout: measured in
             docs/scaling.md). π_engine = π_θ up to rounding: in float32 ~1e-6; in bfloat16 the
