@@ -39,6 +39,11 @@ def test_randsft_replaces_self_play_with_random_action_sft():
     assert callbacks[0]["init_args"]["source"] == "random_valid" and callbacks[0]["init_args"]["epochs"] == 5
 
 
+def test_spa_warms_the_format_up_on_moves_that_change_the_state():
+    warmup = resolved("configs/frozenlake.yaml", SPA)["trainer"]["callbacks"][0]
+    assert warmup["class_path"].endswith("BehaviourCloningWarmup") and warmup["init_args"]["source"] == "random_moving"
+
+
 def test_sft1_changes_only_the_self_play_epochs():
     spa = resolved("configs/frozenlake.yaml", SPA)
     one = resolved("configs/frozenlake.yaml", SPA, "configs/methods/spa_sft1.yaml")
