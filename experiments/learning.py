@@ -177,43 +177,59 @@ def cell(values: list[float], percent: bool, signed: bool = False, digits: int |
     return f"{mean:{sign}.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
 
 
+def run_method(tags: dict) -> str:
+    """The method of a run from its ``config`` tag (``[<method>+]<algorithm>+<objective>``):
+    ``none`` when it names only the algorithm and the objective."""
+    parts = tags.get("config", "").split(",")[0].split("+")
+    return parts[0] if len(parts) == 3 and parts[0] in METHODS else "none"
+
+
 def write_report(uri: str, experiment: str, out: Path, args) -> str:
     """``results.md`` and ``learning_curves.png`` in ``out`` from the experiment's finished
     runs; returns the Markdown."""
     client, runs = analysis.load_runs(uri, experiment)
-    by_objective: dict[str, dict[int, object]] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time):  # the latest run of each (objective, seed)
+    by_objective: dict[str, dict[int, object]] = {}  # row name → seed → run
+    methods: dict[str, tuple[str, str]] = {}  # row name → (method, objective)
+    for run in sorted(runs, key=lambda r: r.info.start_time):  # the latest run of each (row, seed)
         tags = run.data.tags
         if tags.get("objective_overlay") in args.objectives and tags.get("algorithm_overlay") == args.algorithm:
-            by_objective.setdefault(tags["objective_overlay"], {})[int(tags["seed"])] = run
+            method = run_method(tags)
+            name = " + ".join([*([method] if method != "none" else []), args.algorithm, tags["objective_overlay"]])
+            by_objective.setdefault(name, {})[int(tags["seed"])] = run
+            methods[name] = (method, tags["objective_overlay"])
     if not by_objective:
         return f"no finished {args.algorithm} run of {', '.join(args.objectives)} in experiment '{experiment}' ({uri})"
     series = {obj: {seed: {key: validation_series(client, run, key) for _, key, _ in COLUMNS} for seed, run in seed_runs.items()}
               for obj, seed_runs in by_objective.items()}
-    first_obj = next(iter(series))
     header = "| | " + " | ".join(h for h, _, _ in COLUMNS) + " | Lift (points) | Seeds |"
     lines = [header, "|---" * (len(COLUMNS) + 3) + "|"]
 
     def final(obj, key):
         return [s[key][max(s[key])] for s in series[obj].values() if s[key]]
 
-    start_success = [s["val/episode/success_rate"].get(0) for s in series[first_obj].values()]
-    start_success = [v for v in start_success if v is not None]
-    warm = [cell([s[key][0] for s in series[first_obj].values() if 0 in s[key]], pct) for _, key, pct in COLUMNS]
-    lines.append("| warm-up (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
+    for method in dict.fromkeys(m for m, _ in methods.values()):  # one start row per method: its runs share it
+        first = next(name for name, (m, _) in methods.items() if m == method)
+        start_success = [v for v in (s["val/episode/success_rate"].get(0) for s in series[first].values()) if v is not None]
+        warm = [cell([s[key][0] for s in series[first].values() if 0 in s[key]], pct) for _, key, pct in COLUMNS]
+        label = "warm-up" if method == "none" else f"{method}'s stages"
+        lines.append(f"| {label} (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
     for obj in series:
         lifts = [s["val/episode/success_rate"][max(s["val/episode/success_rate"])] - s["val/episode/success_rate"].get(0, float("nan"))
                  for s in series[obj].values() if s["val/episode/success_rate"]]
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
-        lines.append(f"| {args.algorithm} + {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
-    if len(series) == 2:
-        a, b = list(series)
+        lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
+    for method in dict.fromkeys(m for m, _ in methods.values()):  # PaW − vanilla within a method
+        rows = [name for name, (m, _) in methods.items() if m == method]
+        if len(rows) != 2:
+            continue
+        a, b = rows
         paired = sorted(set(series[a]) & set(series[b]))
         diffs = []
         for _, key, pct in COLUMNS:
             d = [series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])] for s in paired if series[a][s][key] and series[b][s][key]]
             diffs.append(cell(d, pct, signed=True))
-        lines.append(f"| {b} − {a} (paired by seed) | " + " | ".join(diffs) + f" | | {len(paired)} |")
+        prefix = "" if method == "none" else f"{method}: "
+        lines.append(f"| {prefix}{methods[b][1]} − {methods[a][1]} (paired by seed) | " + " | ".join(diffs) + f" | | {len(paired)} |")
     rollouts = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_SUCCESS)) for seed, run in seed_runs.items()}
                 for obj, seed_runs in by_objective.items()}  # the rollout of epoch e is played after e updates
     lines += ["", "Success of the updates' own rollouts (new maps every update, training temperature), in %:", "",
@@ -221,7 +237,7 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     for obj, seeds in rollouts.items():
         first = [v[min(v)] for v in seeds.values() if v]
         last = [statistics.mean(v[e] for e in sorted(v)[-3:]) for v in seeds.values() if v]
-        lines.append(f"| {args.algorithm} + {obj} | {cell(first, True)} | {cell(last, True)} | {cell([b - a for a, b in zip(first, last)], True, signed=True)} | {len(seeds)} |")
+        lines.append(f"| {obj} | {cell(first, True)} | {cell(last, True)} | {cell([b - a for a, b in zip(first, last)], True, signed=True)} | {len(seeds)} |")
     updates = max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
     diag = ["", "RL diagnostics over each run's updates (mean ± std over seeds):", "",
             "| | " + " | ".join(h for h, _, _ in DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
@@ -234,7 +250,7 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
                 cells.append(f"{cell([v[0] for v in values], False)} → {cell([v[1] for v in values], False)}" if values else "–")
             else:
                 cells.append(cell(values, how == "nonzero_share" or "clip" in keys[0], digits=1 if how == "median" else None))
-        diag.append(f"| {args.algorithm} + {obj} | " + " | ".join(cells) + " |")
+        diag.append(f"| {obj} | " + " | ".join(cells) + " |")
     plans = sorted({validation_plan(client, run) for seed_runs in by_objective.values() for run in seed_runs.values()} - {None})
     plan = f" ({'; '.join(plans)})" if plans else ""
     text = "\n".join([f"Held-out validation{plan} after {updates} updates (warm-up row: before the first update); "
@@ -265,7 +281,7 @@ def plot(series: dict, rollouts: dict, path: Path, algorithm: str) -> None:
             values = [[s[key][x] * scale for s in seeds.values() if x in s[key]] for x in xs]
             mean = [statistics.mean(v) for v in values]
             std = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
-            (line,) = ax.plot(xs, mean, marker="o", label=f"{algorithm} + {obj} (n={len(seeds)})")
+            (line,) = ax.plot(xs, mean, marker="o", label=f"{obj} (n={len(seeds)})")
             ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2)
         ax.set_xlabel("updates (0: after the warm-up)")
         ax.set_title(title)

@@ -76,3 +76,20 @@ def test_report_without_runs_says_so(tmp_path):
     mlflow.MlflowClient(uri).create_experiment("learning")
     text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithm="gigpo"))
     assert text.startswith("no finished gigpo run of vanilla")
+
+
+def test_a_methods_runs_are_rows_of_their_own(tmp_path):
+    """``--methods none spa``: SPA's runs (config tag ``spa+gigpo+vanilla``) are a row and a
+    start row of their own, not the latest run of the vanilla row."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("learning")
+    for config, start, end in (("gigpo+vanilla", 0.1, 0.4), ("spa+gigpo+vanilla", 0.0, 0.3)):
+        run = client.create_run(exp, run_name=f"{config}/seed0", tags={"config": config, "objective_overlay": "vanilla", "algorithm_overlay": "gigpo", "seed": "0"})
+        for epoch, value in ((-1, start), (5, end)):
+            client.log_metric(run.info.run_id, "val/episode/success_rate", value, step=epoch)
+        client.set_terminated(run.info.run_id)
+    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithm="gigpo"))
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.split("Success of the updates")[0].splitlines() if line.startswith("| ")}
+    assert rows["warm-up (before RL)"] == "10.0" and rows["gigpo + vanilla"] == "40.0"
+    assert rows["spa's stages (before RL)"] == "0.0" and rows["spa + gigpo + vanilla"] == "30.0"
