@@ -1,6 +1,7 @@
 """Helpers for the end-to-end tests: CLI arguments for tiny runs and MLflow read-back."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import mlflow
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,3 +112,20 @@ class MlflowServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+
+@contextlib.contextmanager
+def redrawn_lora(lm, std: float = 0.5):
+    """Inside the block, ``lm``'s LoRA B weights are redrawn from N(0, std²) (an update, as a
+    rollout engine's copy would see it); restored after it."""
+    lora_b = [p for n, p in lm.named_parameters() if "lora_B" in n]
+    saved = [p.detach().clone() for p in lora_b]
+    try:
+        with torch.no_grad():
+            for p in lora_b:
+                p.normal_(0, std)
+        yield
+    finally:
+        with torch.no_grad():
+            for p, value in zip(lora_b, saved):
+                p.copy_(value)

@@ -11,7 +11,7 @@ from paw_lightning.rollout import ct2 as ct2_lib
 from paw_lightning.rollout.ct2 import CT2Engine
 from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids
 
-from helpers import metric_history, mlflow_runs, tiny_args
+from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
 from test_module import make_module
 
 pytest.importorskip("ctranslate2")
@@ -55,19 +55,10 @@ def test_the_copy_follows_the_weights(module, tmp_path, monkeypatch):
     before = engine.sampler(module.lm, module.tokenizer, 12, False, version=0).generate_ids(ids, 0.0, 0, stop=None)
     engine.sampler(module.lm, module.tokenizer, 12, False, version=0)
     assert len(conversions) == 1 and engine.last_sync_seconds > 0  # same version: no new copy
-    lora_b = [p for n, p in module.lm.named_parameters() if "lora_B" in n]
-    saved = [p.detach().clone() for p in lora_b]
-    try:
-        with torch.no_grad():
-            for p in lora_b:
-                p.normal_(0, 0.5)
+    with redrawn_lora(module.lm):
         after = engine.sampler(module.lm, module.tokenizer, 12, False, version=1).generate_ids(ids, 0.0, 0, stop=None)
         assert len(conversions) == 2
         assert after == GenerationEngine(module.lm, module.tokenizer, 12).generate_ids(ids, 0.0, 0, stop=None) != before
-    finally:
-        with torch.no_grad():
-            for p, value in zip(lora_b, saved):
-                p.copy_(value)
 
 
 def test_sampling_is_reproducible_from_the_first_calls_seed(module, tmp_path):

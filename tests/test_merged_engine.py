@@ -10,7 +10,7 @@ import torch
 from paw_lightning.model import LMConfig
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, chat_prompt_ids
 
-from helpers import metric_history, mlflow_runs, tiny_args
+from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
 from test_module import make_module
 
 PROMPTS = ["go up", "a much longer prompt about the frozen lake and its holes", "x"]
@@ -43,21 +43,12 @@ def test_the_copy_is_rewritten_when_the_version_moves(module):
     engine, ids = HFEngine(merge_lora=True), [chat_prompt_ids(module.tokenizer, p) for p in PROMPTS]
     before = engine.sampler(module.lm, module.tokenizer, 12, False, version=0).generate_ids(ids, 0.0, 0, stop=None)
     copy, synced = engine.merged, engine.last_sync_seconds
-    lora_b = [p for n, p in module.lm.named_parameters() if "lora_B" in n]
-    saved = [p.detach().clone() for p in lora_b]
-    try:
-        with torch.no_grad():
-            for p in lora_b:
-                p.normal_(0, 0.5)
+    with redrawn_lora(module.lm):
         stale = engine.sampler(module.lm, module.tokenizer, 12, False, version=0).generate_ids(ids, 0.0, 0, stop=None)
         assert stale == before and engine.last_sync_seconds == synced  # same version: the copy is kept as it is
         after = engine.sampler(module.lm, module.tokenizer, 12, False, version=1).generate_ids(ids, 0.0, 0, stop=None)
         assert engine.merged is copy  # rewritten in place, not copied again
         assert after == GenerationEngine(module.lm, module.tokenizer, 12).generate_ids(ids, 0.0, 0, stop=None) != before
-    finally:
-        with torch.no_grad():
-            for p, value in zip(lora_b, saved):
-                p.copy_(value)
 
 
 def test_refusals_name_the_fix():
