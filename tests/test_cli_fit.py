@@ -84,8 +84,8 @@ def test_vanilla_rl_without_world_model(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_a_fit_without_updates_plays_no_rollout(tiny_model_dir, tmp_path, monkeypatch):
-    """``fit --trainer.max_epochs=0`` (the warm-up alone, SPA's stages alone) and a resume of a
-    finished run: Lightning still asks for the training data, and no episode is played for it."""
+    """``fit --trainer.max_epochs=0`` (the warm-up alone, SPA's stages alone): Lightning still
+    asks for the training data, and no episode is played for it."""
     from paw_lightning.data import RolloutDataModule
 
     played = []
