@@ -120,7 +120,7 @@ class ScriptedSPAIds(ScriptedSPA):
 
 
 def test_spa_recipe_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
-    """configs/methods/spa.yaml with a policy that writes SPA's format: the RandSFT format warm-up,
+    """configs/methods/spa.yaml with a policy that writes SPA's format: the format warm-up,
     the self-play SFT on the rewritten transcripts (its loss falls over its 5 epochs), then RL."""
     from paw_lightning.module import PaWModule
 
