@@ -213,8 +213,9 @@ class HFEngine(RolloutEngine):
         """The merged copy, first made or rewritten when ``version`` differs from its own."""
         if self.merged is None or version != self.version:
             start = time.perf_counter()
-            if self.merged is None:
-                self.merged = merged_copy(lm).eval()
+            if self.merged is None:  # a plain copy; write_merged_weights then sets W + ΔW
+                with torch.no_grad():
+                    self.merged = copy.deepcopy(lm).unload().eval()
             write_merged_weights(self.merged, lm)
             self.version, self.last_sync_seconds = version, time.perf_counter() - start
         return self.merged
