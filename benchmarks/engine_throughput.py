@@ -84,11 +84,11 @@ def main() -> None:
     # a sampler per rep and engine (a CTranslate2 sampler seeds its stream at its first call)
     samplers, sync = {"hf": lambda: GenerationEngine(lm, tokenizer, budget, token_stats=True)}, {"hf": 0.0}
     merged = HFEngine(merge_lora=True)
-    merged.sampler(lm, tokenizer, budget, True, version=0)
+    merged.refresh(lm, tokenizer, version=0)
     samplers["hf merged"], sync["hf merged"] = (lambda: merged.sampler(lm, tokenizer, budget, True, version=0)), merged.last_sync_seconds
     for name, compute_type in (("ct2 int8", "int8"), ("ct2 float32", "float32")):
         engine = CT2Engine(compute_type, threads=threads, tis_cap=None)
-        engine.sync(lm, tokenizer, version=0)
+        engine.refresh(lm, tokenizer, version=0)
         sync[name] = engine.last_sync_seconds
         samplers[name] = lambda engine=engine: engine.sampler(lm, tokenizer, budget, True, version=0)
     print(f"{Path(args.config).name}: {data['env']}, batch {batch}, budget {budget} tokens, temperature {temperature}, "

@@ -63,7 +63,7 @@ def test_the_copy_follows_the_weights(module, tmp_path, monkeypatch):
 
 def test_sampling_is_reproducible_from_the_first_calls_seed(module, tmp_path):
     engine, ids = CT2Engine("float32", workdir=str(tmp_path)), prompt_ids(module)
-    engine.sync(module.lm, module.tokenizer, version=0)
+    engine.refresh(module.lm, module.tokenizer, version=0)
 
     def rollout(seed):  # one sampler = one rollout: several calls
         sampler = engine.sampler(module.lm, module.tokenizer, 10, False, version=0)

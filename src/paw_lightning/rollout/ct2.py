@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 
 import numpy as np
 import torch
@@ -68,8 +67,6 @@ class CT2Engine(RolloutEngine):
             raise ValueError(f"model.engine tis_cap must be at least 1 or null (got {tis_cap})")
         self.compute_type, self.threads, self.workdir, self.tis_cap = compute_type, threads, workdir, tis_cap
         self.directory: str | None = None  # the converted copy
-        self.version: object = None  # the weights' version it was made from
-        self.last_sync_seconds = 0.0
 
     def check(self, lm_config, world_size: int) -> None:
         """Refuse what the engine cannot serve, before anything heavy runs."""
@@ -79,21 +76,17 @@ class CT2Engine(RolloutEngine):
         if lm_config.quantization:
             raise ValueError("model.engine CT2Engine needs an unquantized base model (model.lm.quantization: null)")
 
-    def sync(self, lm, tokenizer, version: object) -> None:
-        """Reload the copy when ``version`` (``PaWModule.sampler``'s weights version) differs from its own."""
-        if self.directory is not None and version == self.version:
-            return
+    def sync(self, lm, tokenizer) -> None:
+        """Merge, convert and write the copy (loaded by each sampler)."""
         _ctranslate2()
-        start = time.perf_counter()
         self.directory = self.directory or self.workdir or tempfile.mkdtemp(prefix="paw-ct2-")
         os.makedirs(self.directory, exist_ok=True)
         with torch.no_grad():
             convert(merged_copy(lm), tokenizer, self.directory, self.compute_type)
-        self.version, self.last_sync_seconds = version, time.perf_counter() - start
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> CT2Sampler:
         """A sampler with the collector's interface on weights of ``version`` (synced first)."""
-        self.sync(lm, tokenizer, version)
+        self.refresh(lm, tokenizer, version)
         return CT2Sampler(self.directory, self.compute_type, self.threads, tokenizer, max_new_tokens, token_stats)
 
 

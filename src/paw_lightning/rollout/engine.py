@@ -170,9 +170,23 @@ class RolloutEngine:
 
     off_policy = False
     tis_cap: float | None = None
+    version: object = None  # the weights' version the engine's copy holds (None: no copy yet)
+    last_sync_seconds: float | None = None  # the last sync's time (train/perf/engine_sync_s); None: no copy
 
     def check(self, lm_config, world_size: int) -> None:
         """Refuse a setting the engine cannot serve (called at setup)."""
+
+    def refresh(self, lm, tokenizer, version: object) -> None:
+        """For an engine that samples from a copy of the weights: :meth:`sync` the copy when
+        ``version`` differs from the one it holds, and time it (``last_sync_seconds``)."""
+        if version != self.version:
+            start = time.perf_counter()
+            self.sync(lm, tokenizer)
+            self.version, self.last_sync_seconds = version, time.perf_counter() - start
+
+    def sync(self, lm, tokenizer) -> None:
+        """Write the trained model's current weights into the engine's copy."""
+        raise NotImplementedError
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
         """A sampler on the weights of ``version`` (``PaWModule.sampler``: the global step and
@@ -199,26 +213,23 @@ class HFEngine(RolloutEngine):
     def __init__(self, merge_lora: bool = False):
         self.merge_lora = merge_lora
         self.merged: torch.nn.Module | None = None
-        self.version: object = None  # the weights' version the merged copy holds
-        self.last_sync_seconds: float | None = 0.0 if merge_lora else None  # train/perf/engine_sync_s
 
     def check(self, lm_config, world_size: int) -> None:
         if self.merge_lora and (world_size > 1 or lm_config.quantization):
             raise ValueError("model.engine HFEngine merge_lora needs one process and an unquantized base model: with FSDP2/DDP or a 4-bit base add --model.engine.init_args.merge_lora=false")
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
-        return GenerationEngine(self.merged_model(lm, version) if self.merge_lora else lm, tokenizer, max_new_tokens, token_stats)
+        if not self.merge_lora:
+            return GenerationEngine(lm, tokenizer, max_new_tokens, token_stats)
+        self.refresh(lm, tokenizer, version)
+        return GenerationEngine(self.merged, tokenizer, max_new_tokens, token_stats)
 
-    def merged_model(self, lm, version: object) -> torch.nn.Module:
-        """The merged copy, first made or rewritten when ``version`` differs from its own."""
-        if self.merged is None or version != self.version:
-            start = time.perf_counter()
-            if self.merged is None:  # a plain copy; write_merged_weights then sets W + ΔW
-                with torch.no_grad():
-                    self.merged = copy.deepcopy(lm).unload().eval()
-            write_merged_weights(self.merged, lm)
-            self.version, self.last_sync_seconds = version, time.perf_counter() - start
-        return self.merged
+    def sync(self, lm, tokenizer) -> None:
+        """Make the merged copy (a plain copy first) and write W + ΔW into it."""
+        if self.merged is None:
+            with torch.no_grad():
+                self.merged = copy.deepcopy(lm).unload().eval()
+        write_merged_weights(self.merged, lm)
 
 
 def merged_copy(lm) -> torch.nn.Module:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 
 from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, stop_strings
 from paw_lightning.training.checkpointing import trainable_state_dict
@@ -56,9 +55,7 @@ class VLLMEngine(RolloutEngine):
         self.asleep = False
         self.base: str | None = None  # the base model's directory or hub id
         self.lora_request = None
-        self.version: object = None
         self.pushes = 0
-        self.last_sync_seconds = 0.0
 
     def check(self, lm_config, world_size: int) -> None:
         import torch
@@ -78,23 +75,20 @@ class VLLMEngine(RolloutEngine):
         self.llm = vllm.LLM(model=base, enable_lora=True, max_lora_rank=self.max_lora_rank, gpu_memory_utilization=self.gpu_memory_utilization,
                             enable_sleep_mode=self.sleep, dtype=self.dtype)
 
-    def push(self, lm, version: object) -> None:
+    def sync(self, lm, tokenizer) -> None:
         """Save the current LoRA weights as adapter number ``pushes`` and make it the one every
         request uses; a collective under FSDP2 (every rank gathers, every rank saves its copy)."""
         _, _, LoRARequest = _vllm()
-        start = time.perf_counter()
         self.pushes += 1
         root = self.workdir or os.path.join(tempfile.gettempdir(), f"paw-vllm-{os.getpid()}")
         directory = os.path.join(root, f"adapter-{self.pushes}")
         lm.save_pretrained(directory, state_dict=trainable_state_dict(lm))
         self.lora_request = LoRARequest(f"policy-{self.pushes}", self.pushes, directory)
-        self.version, self.last_sync_seconds = version, time.perf_counter() - start
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> VLLMSampler:
         if self.llm is None:
             self.start(lm.peft_config["default"].base_model_name_or_path)
-        if version != self.version:
-            self.push(lm, version)
+        self.refresh(lm, tokenizer, version)
         return VLLMSampler(self, tokenizer, max_new_tokens, token_stats)
 
 
