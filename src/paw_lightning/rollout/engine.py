@@ -116,6 +116,8 @@ class GenerationEngine:
             max_new_tokens=max_new_tokens or self.max_new_tokens,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
+            output_logits=token_stats is not None,
+            return_dict_in_generate=token_stats is not None,
         )
         stopping = StoppingCriteriaList([stop_criterion(self.tokenizer, stop)] if stop else [])
         with torch.random.fork_rng(devices=[]):
@@ -126,8 +128,6 @@ class GenerationEngine:
                 generation_config=config,
                 stopping_criteria=stopping,
                 synced_gpus=distributed.is_distributed(),
-                output_logits=token_stats is not None,
-                return_dict_in_generate=token_stats is not None,
             )
         sequences = out.sequences if token_stats is not None else out
         new = sequences[:, input_ids.shape[1] :]
