@@ -187,3 +187,31 @@ def test_advantages_delegate_to_the_estimator():
     torch.testing.assert_close(PolicyObjective(advantage=Constant()).advantages(info), torch.tensor([3.0, 3.0]))
     # default GRPO: returns [1, 0] -> ±0.5 / (0.70711 + 1e-6) = ±0.70711
     torch.testing.assert_close(PolicyObjective().advantages(info), torch.tensor([0.70711, -0.70711]), atol=1e-5, rtol=0)
+
+
+def shared_prefix_gradient(rows: list[int], aggregation: str = "token-mean") -> float:
+    """d loss / d θ, θ the log-prob of a first response token that every response of a group
+    shares (say a format tag), for the group's responses ``rows`` in one mini-batch. The group:
+    4 responses of 2, 3, 4, 5 action tokens, advantages +1.5, −0.5, −0.5, −0.5 (one win in four)."""
+    lengths, advantages = torch.tensor([2, 3, 4, 5]), torch.tensor([1.5, -0.5, -0.5, -0.5])
+    theta = torch.zeros((), requires_grad=True)
+    logprobs = torch.zeros(4, 5).index_put((torch.arange(4), torch.zeros(4, dtype=torch.long)), theta.expand(4))
+    mask = torch.arange(5)[None, :] < lengths[:, None]
+    out = PolicyObjective(kl_coef=0.0, aggregation=aggregation)(logprobs[rows], torch.zeros(len(rows), 5), advantages[rows], mask[rows])
+    out.loss.backward()
+    return theta.grad.item()
+
+
+def test_tokens_every_response_shares_cancel_only_within_a_whole_group():
+    """Why the learning and RWML configs take the whole update as one mini-batch: a group's
+    advantages sum to 0, so under token-mean the tokens all its responses share (the format)
+    get no gradient, whatever the lengths. Split across mini-batches they do, and Adam's step
+    is about lr whatever the gradient's size: the format drifts on noise."""
+    assert shared_prefix_gradient([0, 1, 2, 3]) == pytest.approx(0.0, abs=1e-7)  # −(1.5 − 0.5·3) / 14 = 0
+    # the first two responses alone (5 action tokens): −(1.5 − 0.5) / 5 = −0.2
+    assert shared_prefix_gradient([0, 1]) == pytest.approx(-0.2)
+    # the other two (9 tokens): −(−0.5 − 0.5) / 9 = +0.111: the opposite push
+    assert shared_prefix_gradient([2, 3]) == pytest.approx(1 / 9)
+    # sequence-mean weighs each response's tokens by 1 / its length, so even a whole group does not cancel:
+    # −¼ (1.5/2 − 0.5/3 − 0.5/4 − 0.5/5) = −¼ · 0.358333 = −0.0895833
+    assert shared_prefix_gradient([0, 1, 2, 3], "sequence-mean") == pytest.approx(-0.0895833, abs=1e-6)
