@@ -113,7 +113,7 @@ class GridPoint:
     ``objective_overlay``, ``seed`` and ``stage``. ``method``: ``spa`` adds
     ``configs/methods/spa.yaml`` after every config file (``extra``'s too) but before SPA's ablation overlays
     in ``extra`` (``-c configs/methods/spa_sft1.yaml``); ``rwml`` first runs the RWML stage
-    (``configs/methods/rwml.yaml`` on the env's environment, MLflow experiment
+    (``configs/methods/rwml.yaml`` on the environment the fit plays, MLflow experiment
     ``<experiment_name>-rwml``) and starts the fit from its ``last.ckpt`` (``validate``: no method)."""
 
     env: str
@@ -169,10 +169,13 @@ class GridPoint:
         return cmd + [f"--{key}={cli_value(value)}" for key, value in flatten(self.params).items()]
 
     def rwml_command(self, output_dir: Path) -> list[str]:
-        """The RWML stage before the fit: world-model triplets of the env config's environment."""
+        """The RWML stage before the fit: world-model triplets of the environment the fit plays
+        (the env config, then ``extra``'s config files and ``--data.env…=`` overrides)."""
         from paw_lightning.cli import resolved_config
 
-        data = resolved_config(env_config(self.env))["data"]
+        files = [self.extra[i + 1] for i, arg in enumerate(self.extra[:-1]) if arg in ("-c", "--config")]
+        env_overrides = tuple(str(a) for a in self.extra if str(a).startswith(("--data.env=", "--data.env_kwargs")))
+        data = resolved_config(env_config(self.env), *files, overrides=env_overrides)["data"]
         stage_dir = output_dir / "rwml"
         return [
             sys.executable, "-m", "paw_lightning", "fit", "-c", str(env_config(self.env)), "-c", str(CONFIGS / "methods/rwml.yaml"),

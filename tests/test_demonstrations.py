@@ -147,9 +147,9 @@ def test_warmup_cache_trains_once_and_every_later_fit_starts_from_the_same_weigh
     trainer = SimpleNamespace(current_epoch=0, ckpt_path=None, datamodule=datamodule, logger=None, is_global_zero=True,
                               precision_plugin=SimpleNamespace(forward_context=contextlib.nullcontext))
 
-    def fit_start(seed: int, epochs: int = 2):
+    def fit_start(seed: int, epochs: int = 2, init_weights: str | None = None):
         torch.manual_seed(seed)  # a different LoRA initialisation per run
-        module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)))
+        module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)), init_weights=init_weights)
         module.configure_model()
         warmup = BehaviourCloningWarmup(demonstrations=2, epochs=epochs, lr=1e-2, batch_size=2, progress=False, cache_dir=str(tmp_path / "cache"))
         calls = []
@@ -165,6 +165,14 @@ def test_warmup_cache_trains_once_and_every_later_fit_starts_from_the_same_weigh
     assert all(torch.equal(second[n], first[n]) for n in first)  # the seed-1 LoRA init was replaced by the cached weights
     _, trained_other, _ = fit_start(seed=1, epochs=1)  # another setting: another file, trained afresh
     assert trained_other == 1 and len(list((tmp_path / "cache").glob("warmup-frozenlake-*.pt"))) == 2
+    # a fit that starts from other weights (e.g. an RWML stage's) warms up from them instead of loading
+    # the cache of a fit that started from the base model, which would silently discard them
+    earlier = str(next((tmp_path / "cache").glob("warmup-frozenlake-*.pt")))
+    from_earlier, trained_from, _ = fit_start(seed=1, init_weights=earlier)
+    assert trained_from == 1 and len(list((tmp_path / "cache").glob("warmup-frozenlake-*.pt"))) == 3
+    assert any(not torch.equal(from_earlier[n], first[n]) for n in first)
+    again, trained_again, _ = fit_start(seed=2, init_weights=earlier)  # the same start: the cache applies
+    assert trained_again == 0 and all(torch.equal(again[n], from_earlier[n]) for n in first)
 
 def test_token_logprobs_equal_a_full_log_softmax_at_the_loss_positions(tiny_model_dir):
     """The memory-saving path (logits from the first loss position, log-softmax only where the

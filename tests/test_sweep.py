@@ -12,6 +12,7 @@ from helpers import ROOT, mlflow_runs
 
 sys.path.insert(0, str(ROOT / "experiments"))
 import grid  # noqa: E402
+from paw_lightning.cli import resolved_config  # noqa: E402
 
 SWEEP = str(ROOT / "experiments/sweep.py")
 
@@ -61,6 +62,14 @@ def test_method_points_add_their_stage(tmp_path):
     assert stage[4:8] == ["-c", str(ROOT / "configs/frozenlake.yaml"), "-c", str(ROOT / "configs/methods/rwml.yaml")]
     assert {"--data.env_kwargs.source=frozenlake", '--data.env_kwargs.source_kwargs={"size": 4, "slippery": false}', f"--checkpoint.dirpath={tmp_path / 'rwml'}",
             "--trainer.logger.init_args.experiment_name=abl-rwml", "--seed_everything=2"} <= set(stage)
+    # the stage learns the world model of the environment the fit plays: the overlays' and overrides' settings
+    learning = point(method="rwml", objective="vanilla", extra=["-c", str(ROOT / "configs/learning/frozenlake.yaml"), "--data.env_kwargs.hole_prob=0.3", "--data.rollout.groups=4"])
+    stage, _ = learning.commands(tmp_path)
+    kwargs = json.loads(next(a for a in stage if a.startswith("--data.env_kwargs.source_kwargs=")).split("=", 1)[1])
+    fit_data = resolved_config(ROOT / "configs/frozenlake.yaml", ROOT / "configs/learning/frozenlake.yaml", overrides=("--data.env_kwargs.hole_prob=0.3",))["data"]
+    assert "--data.env_kwargs.source=frozenlake" in stage and kwargs == fit_data["env_kwargs"]
+    assert kwargs["size"] == 3 and kwargs["observation"] == "coordinates" and float(kwargs["hole_prob"]) == 0.3
+    assert "--data.rollout.groups=4" not in stage  # the fit's settings stay the fit's
     assert point(method="rwml", stage="validate").commands(tmp_path) == [point(stage="validate").command(tmp_path)]  # the base model: no stage
     with pytest.raises(ValueError, match="unknown method 'rwlm': choose one of none, spa, rwml"):
         point(method="rwlm").commands(tmp_path)

@@ -5,7 +5,8 @@ At ``on_fit_start`` of a fresh run, plays demonstration episodes on training-spl
 ``random_moving`` actions, in the policy's exact format) and fits the LoRA weights to them
 with cross-entropy on the response tokens, with its own AdamW (the trainer's optimizer is untouched). Every rank runs the
 same number of forward/backward passes. With ``cache_dir`` the result is saved under a hash of
-everything that determines it and loaded by later fits with the same settings, so the runs of
+everything that determines it (``model.init_weights``' bytes included: a warm-up after an RWML
+stage starts from its weights) and loaded by later fits with the same settings, so the runs of
 a comparison start from the same policy. Design notes: docs/design.md#paw_lightningcallbackswarmuppy
 """
 from __future__ import annotations
@@ -29,6 +30,15 @@ from paw_lightning.progress import progress_bar
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.scale import distributed
 from paw_lightning.training import checkpointing
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 of a file's bytes: names the weights a warm-up starts from."""
+    digest = hashlib.sha256()
+    with open(Path(path).expanduser(), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class BehaviourCloningWarmup(Callback):
@@ -151,6 +161,9 @@ class BehaviourCloningWarmup(Callback):
             "warmup": [self.demonstrations, self.epochs, self.lr, self.batch_size, self.seed, self.source, self.reason],
             "world_size": distributed.world_size(),
         }
+        start = getattr(pl_module, "init_weights", None)
+        if start is not None:  # the weights it starts from (e.g. an RWML stage's); absent otherwise, so older caches still match
+            key["init_weights"] = file_digest(start)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
         name = re.sub(r"[^\w.-]", "_", datamodule.env_name)  # a file name inside cache_dir, whatever the env's name
         return Path(self.cache_dir).expanduser() / f"warmup-{name}-{digest}.pt"
