@@ -88,3 +88,14 @@ def test_overlays_compose_the_same_in_any_order():
     assert config["model.policy_objective.init_args.advantage.class_path"].endswith("RLOO")
     assert config["model.policy_objective.init_args.kl_coef"] == 0.0  # the main job's no-KL recipe survives the algorithm overlay
     assert config["model.world_model_objective"] is None and config["trainer.precision"] == "bf16-mixed"
+
+
+def test_environment_keyword_overrides_are_typed_values_not_strings():
+    """``--data.env_kwargs.size=5`` must reach the environment as the number 5 (a string '5'
+    failed deep inside the environment), booleans and JSON as what they say."""
+    data = resolved_config(ROOT / "configs/frozenlake.yaml", overrides=(
+        "--data.env_kwargs.size=5", "--data.env_kwargs.slippery=true", "--data.env_kwargs.hole_prob=0.3", "--data.evaluation.env_kwargs.size=3"))["data"]
+    assert data["env_kwargs"] == {"size": 5, "slippery": True, "hole_prob": 0.3}
+    assert data["evaluation"]["env_kwargs"] == {"size": 3}
+    rwml = resolved_config(ROOT / "configs/frozenlake.yaml", ROOT / "configs/methods/rwml.yaml", overrides=('--data.env_kwargs.source_kwargs={"size": 3}',))["data"]
+    assert rwml["env_kwargs"]["source_kwargs"] == {"size": 3}

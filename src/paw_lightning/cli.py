@@ -202,7 +202,8 @@ def resolved_config(*configs: str | Path, overrides: tuple[str, ...] = ()) -> di
     """The configuration ``fit -c CONFIG … OVERRIDES`` would run with, as plain data: the base
     recipe, the files in order, then the dotted overrides (parsed only, nothing instantiated)."""
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.suppress(SystemExit):
+    with contextlib.redirect_stdout(printed), contextlib.suppress(SystemExit), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # a script's own sys.argv is not this config's
         PawCLI(args=["fit", *(arg for path in configs for arg in ("-c", str(path))), *overrides, "--print_config"])
     if not printed.getvalue():
         raise ValueError(f"cannot resolve the config {' + '.join(map(str, configs))}: run it with --print_config to see why")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -74,7 +75,7 @@ class EvaluationSettings:
     test_groups: int = 32
     temperature: float = 0.4
     batch_size: int = 8
-    env_kwargs: dict | None = None
+    env_kwargs: dict[str, Any] | None = None
 
 
 class RolloutDataModule(LightningDataModule):
@@ -95,7 +96,7 @@ class RolloutDataModule(LightningDataModule):
     def __init__(
         self,
         env: str = "frozenlake",
-        env_kwargs: dict | None = None,
+        env_kwargs: dict[str, Any] | None = None,
         rollout: RolloutSettings | None = None,
         evaluation: EvaluationSettings | None = None,
         ppo_epochs: int = 1,
