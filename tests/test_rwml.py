@@ -107,7 +107,7 @@ def rwml_datamodule(directory) -> RolloutDataModule:
 
 
 @pytest.mark.parametrize("keep_easy,start_from_filter", [(0.0, False), (1.0, True)])
-def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model_dir, tmp_path, monkeypatch, keep_easy, start_from_filter):
+def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model_dir, tmp_path, monkeypatch, capsys, keep_easy, start_from_filter):
     """Random FrozenLake triplets; the filter "model" predicts one fixed grid for every triplet, so
     a candidate is easy exactly when that grid is within τ_d = 0.1 of its true next observation.
     p = 0: the kept triplets are exactly the others; p = 1: all. The LoRA weights return to
@@ -129,6 +129,7 @@ def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model
     assert kept == expected and stats["kept"] == len(expected)
     changed = [not torch.equal(before[n], p) for n, p in module.lm.named_parameters() if p.requires_grad]
     assert any(changed) == start_from_filter and stage.losses  # the filter SFT ran either way
+    assert f"RWML filter SFT: {round(0.1 * stats['triplets'])} triplets with their true next observation, 1 epoch, " in capsys.readouterr().out
 
 
 def test_rwml_then_policy_rl_end_to_end(tiny_model_dir, tmp_path, monkeypatch):

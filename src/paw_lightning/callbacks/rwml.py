@@ -152,6 +152,9 @@ class RWMLData(BehaviourCloningWarmup):
         """The filter model's SFT samples: every ``filter`` triplet with its true next observation."""
         return collect_demonstrations(self._filter_factory, pl_module.tokenizer, datamodule.prompt, list(range(self.demonstrations)), max_steps=1, reason=self.reason)
 
+    def describe(self, demos: list[Demonstration]) -> str:
+        return f"{self._total_steps} triplets with their true next observation"
+
     def filter_rewards(self, pl_module, datamodule, factory, n: int, chunk: int = 16) -> torch.Tensor:
         """(n, K) rewards of the filter model's K predictions per candidate (temperature 1)."""
         k = self.samples

@@ -128,13 +128,13 @@ class BehaviourCloningWarmup(Callback):
             lm.train(was_training)
             pl_module.weights_changed()
         if distributed.rank() == 0:
-            won = sum(d.won and d.step == 0 for d in demos)
-            print(
-                f"{self.name}: {self._total_steps} {self.source} steps from {self.demonstrations} episodes "
-                f"(rank 0: {won} of {len(set(d.task_seed for d in demos))} won), {self.epochs} epochs, "
-                f"loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)"
-            )
+            print(f"{self.name}: {self.describe(demos)}, {self.epochs} epoch{'s' * (self.epochs != 1)}, loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)")
         return self.losses
+
+    def describe(self, demos: list[Demonstration]) -> str:
+        """What the SFT was fitted on, for the summary line (this rank's ``demos``)."""
+        won = sum(d.won and d.step == 0 for d in demos)
+        return f"{self._total_steps} {self.source} steps from {self.demonstrations} episodes (rank 0: {won} of {len(set(d.task_seed for d in demos))} won)"
 
     def warm_up_or_load(self, pl_module, datamodule, forward_context=contextlib.nullcontext) -> list[float]:
         """:meth:`warm_up`, or with ``cache_dir`` the weights of an earlier warm-up with the same
