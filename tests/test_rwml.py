@@ -49,6 +49,30 @@ def test_prediction_rewarded_by_embedding_distance(triplet_dir):
         env.step("<next_state>x</next_state>")  # one step per task
 
 
+def test_exact_match_is_the_score_and_the_embedder_is_blind_to_grid_states(tmp_path):
+    """``info["score"]``: 1 for the true next observation up to whitespace, 0 for another one. On
+    FrozenLake the embedded MiniLM cannot tell states apart: a prediction that the player stays
+    where it was, wrong in every triplet here, is within τ_d = 0.2 of the truth."""
+    env = make_env_factory("frozenlake", size=4, slippery=False)()
+    start = env.reset(0)[0]
+
+    def after(action: str) -> str:
+        env.reset(0)
+        return env.step(action)[0]
+
+    moved = [Triplet("reach the goal", start, a, after(a)) for a in ("Right", "Down")]
+    assert all(t.next_observation != start for t in moved)
+    write_triplets(tmp_path / "train.jsonl", moved)
+    wm = WorldModelEnv(str(tmp_path), tau_d=0.2)
+    scores = []
+    for prediction in (moved[0].next_observation.replace("\n", " \n "), start):
+        wm.reset(0)
+        scores.append(wm.step(f"<think>x</think><next_state>{prediction}</next_state>")[3]["score"])
+    assert scores == [1.0, 0.0]
+    assert wm.wrong_copy_reward_rate(moved) == 1.0
+    assert WorldModelEnv(str(tmp_path), tau_d=0.001).wrong_copy_reward_rate(moved) == 0.0
+
+
 def test_reward_follows_the_threshold(triplet_dir):
     """A paraphrase at cosine distance d earns 1 exactly when d < τ_d (τ_d just above and below d)."""
     paraphrase = "The drawer 1 is open now and it is empty."
@@ -129,7 +153,9 @@ def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model
     assert kept == expected and stats["kept"] == len(expected)
     changed = [not torch.equal(before[n], p) for n, p in module.lm.named_parameters() if p.requires_grad]
     assert any(changed) == start_from_filter and stage.losses  # the filter SFT ran either way
-    assert f"RWML filter SFT: {round(0.1 * stats['triplets'])} triplets with their true next observation, 1 epoch, " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"RWML filter SFT: {round(0.1 * stats['triplets'])} triplets with their true next observation, 1 epoch, " in out
+    assert stats["wrong_copy_reward_rate"] == 1.0 and "warning: RWML's reward (τ_d 0.2, embedder 'embedded') rewards the wrong prediction" in out
 
 
 def test_rwml_then_policy_rl_end_to_end(tiny_model_dir, tmp_path, monkeypatch):

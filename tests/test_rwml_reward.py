@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from paw_lightning.embedding import SentenceEmbedder
-from paw_lightning.objectives.rwml import keep_mask, predicted_state, similarity_rewards
+from paw_lightning.objectives.rwml import keep_mask, predicted_state, similarity_rewards, wrong_copy_reward_rate
 
 
 def unit_with_cos(cos: float) -> torch.Tensor:
@@ -25,6 +25,18 @@ def test_reward_threshold_edges():
     valid = torch.tensor([False, True, True, True])
     assert similarity_rewards(predicted, true, 0.25, valid=valid).tolist() == [0.0, 1.0, 0.0, 0.0]
     assert similarity_rewards(unit_with_cos(0.0)[None], true[:1], tau_d=1.0).tolist() == [0.0]  # orthogonal: distance exactly 1
+
+
+def test_wrong_copy_reward_rate_counts_only_changed_observations():
+    """Distances 1 − cos of E(o_t) to E(o_{t+1}): 0.1875 and 0.3125 where the observation changed,
+    0.0 where it did not (left out: copying is right there). At τ_d = 0.25 the wrong copy earns 1
+    once in 2 → 0.5; at τ_d = 0.5 both → 1.0; nothing changed → None."""
+    true = torch.tensor([[1.0, 0.0]], dtype=torch.float64).repeat(3, 1)
+    current = torch.stack([unit_with_cos(c) for c in (0.8125, 0.6875, 1.0)])
+    changed = torch.tensor([True, True, False])
+    assert wrong_copy_reward_rate(current, true, changed, tau_d=0.25) == 0.5
+    assert wrong_copy_reward_rate(current, true, changed, tau_d=0.5) == 1.0
+    assert wrong_copy_reward_rate(current, true, torch.zeros(3, dtype=torch.bool), tau_d=0.25) is None
 
 
 def test_next_state_span():

@@ -8,7 +8,9 @@ the filter model (SFT of the LoRA weights on the ``filter`` split, predicting th
 let it make K predictions per candidate, rewarded at the data-stage τ_d; keep every candidate
 that is not easy and an easy one with probability p (``train``); then restore the weights the
 fit started with (unless ``start_from_filter``). GRPO on ``train`` is the fit itself.
-One process only. Logs ``rwml/{triplets,filter_reward_rate,easy_fraction,kept,filter_loss}``.
+One process only. Logs ``rwml/{triplets,filter_reward_rate,easy_fraction,kept,filter_loss}`` and
+``rwml/wrong_copy_reward_rate`` (how often the training reward pays the wrong prediction
+"nothing changes"; a warning when it is 50% or more: the embedder cannot tell the states apart).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from paw_lightning.rollout.triplets import random_triplets, triplets_from_trajec
 from paw_lightning.scale import distributed
 
 ACTIONS = ("policy", "random_valid")
+BLIND_REWARD = 0.5  # warn when the reward pays a wrong "nothing changes" on this share of changing triplets
 
 
 def split_factory(datamodule, split: str, **kwargs) -> functools.partial:
@@ -120,11 +123,21 @@ class RWMLData(BehaviourCloningWarmup):
         easy = easy_mask(rewards.mean(1), self.tau_easy).float().mean().item()
         stats = {"triplets": float(len(triplets)), "filter_triplets": float(n_filter), "eval_triplets": float(len(held_out)),
                  "filter_reward_rate": rewards.mean().item(), "easy_fraction": easy, "kept": float(kept.sum()), "filter_loss": losses[-1] if losses else float("nan")}
+        blind = wm.wrong_copy_reward_rate(triplets + held_out)
+        if blind is not None:
+            stats["wrong_copy_reward_rate"] = blind
         print(
             f"RWML data: {len(triplets)} triplets ({n_filter} for the filter, {len(held_out)} held out), filter reward rate "
             f"{stats['filter_reward_rate']:.3f} at τ_d {self.tau_d}, easy {easy:.1%}, kept {int(stats['kept'])} of {len(candidates)} "
             f"in {wm.directory} ({time.perf_counter() - start:.1f} s)"
         )
+        if blind is not None and blind >= BLIND_REWARD:
+            print(
+                f"warning: RWML's reward (τ_d {wm.tau_d}, embedder {wm.embedder!r}) rewards the wrong prediction 'nothing changes' on "
+                f"{blind:.0%} of the triplets whose observation changed: it cannot tell this environment's states apart, so its reward "
+                "rate measures the format, not the world model (see val/episode/score, the exact-match rate). Lower data.env_kwargs.tau_d "
+                "or set data.env_kwargs.embedder to a sharper embedding model."
+            )
         return stats
 
     def play(self, pl_module, wm: WorldModelEnv) -> tuple[list[Triplet], list[Triplet]]:

@@ -5,7 +5,9 @@ A task is one triplet (h_t, a_t, o_{t+1}) of ``<directory>/<split>.jsonl`` (writ
 steps, o_t and a_t; the response predicts o_{t+1} in ``<next_state>`` (prompt style ``rwml``,
 which hands the environment the whole response). Reward: ``1[1 − cos(E(ŝ), E(o_{t+1})) < τ_d]``
 with E the sentence embedder, 0 without a ``<next_state>`` span; the episode ends after the
-step and returns the true o_{t+1}. ``won`` is reward 1, so a success rate is the reward rate.
+step and returns the true o_{t+1}. ``won`` is reward 1, so a success rate is the reward rate;
+``info["score"]`` is 1 when ŝ equals o_{t+1} up to whitespace, so ``episode/score`` is the
+exact-match rate in % (ours: what the embedding reward cannot see on near-identical states).
 The task seed picks triplet ``seed mod n``; ``walkthrough()`` (the expert) is the true o_{t+1}.
 """
 from __future__ import annotations
@@ -15,9 +17,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from paw_lightning.embedding import SentenceEmbedder
 from paw_lightning.envs.base import EnvError
-from paw_lightning.objectives.rwml import predicted_state, similarity_rewards
+from paw_lightning.objectives.rwml import predicted_state, similarity_rewards, wrong_copy_reward_rate
 
 SPLITS = ("train", "candidates", "filter", "eval")
 
@@ -125,8 +129,18 @@ class WorldModelEnv:
         if prediction is not None:
             vectors = shared_embedder(self.embedder)([prediction, triplet.next_observation])
             reward = float(similarity_rewards(vectors[:1], vectors[1:], self.tau_d)[0])
-        info = {"task": self.task, "admissible_actions": [], "won": reward == 1.0, "action_recognised": prediction is not None}
+        exact = prediction is not None and prediction.split() == triplet.next_observation.split()
+        info = {"task": self.task, "admissible_actions": [], "won": reward == 1.0, "action_recognised": prediction is not None, "score": float(exact)}
         return triplet.next_observation, reward, True, info
+
+    def wrong_copy_reward_rate(self, triplets: list[Triplet]) -> float | None:
+        """:func:`~paw_lightning.objectives.rwml.wrong_copy_reward_rate` of ``triplets`` under this
+        environment's reward (its τ_d and embedder)."""
+        embed = shared_embedder(self.embedder)
+        changed = torch.tensor([t.observation.split() != t.next_observation.split() for t in triplets], dtype=torch.bool)
+        if not changed.any():
+            return None
+        return wrong_copy_reward_rate(embed([t.observation for t in triplets]), embed([t.next_observation for t in triplets]), changed, self.tau_d)
 
     def walkthrough(self) -> list[str]:
         """The expert's one "action": the true next observation (demonstrations are WM-SFT)."""

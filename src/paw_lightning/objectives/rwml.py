@@ -7,6 +7,9 @@ has no ``<next_state>`` span. Easy-sample filter: a triplet is "too easy" when t
 model's K predictions fail at a rate 1 − r̄ ≤ τ_easy (τ_easy = 0: all K rewarded; our reading of
 the paper's τ_easy = 0, under which "mean reward ≥ 0" would call every triplet easy); an easy
 triplet is kept with probability p, every other one always.
+
+The reward is only as sharp as E: :func:`wrong_copy_reward_rate` measures how often it rewards
+a prediction that is wrong (ours: "nothing changes", where something did).
 """
 from __future__ import annotations
 
@@ -42,3 +45,14 @@ def keep_mask(mean_rewards: torch.Tensor, tau_easy: float, p: float, generator: 
     easy = easy_mask(mean_rewards, tau_easy)
     lucky = torch.rand(mean_rewards.shape, generator=generator) < p
     return ~easy | lucky
+
+
+def wrong_copy_reward_rate(current: torch.Tensor, true: torch.Tensor, changed: torch.Tensor, tau_d: float) -> float | None:
+    """How blind the reward is (ours, a diagnostic): over the triplets whose observation changed
+    (``changed``, bool N), the fraction where predicting the current observation o_t, which is
+    wrong there, still earns 1 − cos(E(o_t), E(o_{t+1})) < τ_d. ``current``, ``true``: (N, d)
+    unit rows E(o_t), E(o_{t+1}). ``None`` when no observation changed. Near 1, the reward
+    rate measures the format rather than the world model."""
+    if not changed.any():
+        return None
+    return similarity_rewards(current[changed], true[changed], tau_d).mean().item()
