@@ -24,3 +24,13 @@ def test_compare_algorithms_two_tiny_runs(tiny_model_dir, tmp_path):
     rows = [line for line in result.stdout.splitlines() if line.startswith(("| grpo+vanilla |", "| rloo+vanilla |"))]
     assert len(rows) == 2 and all(row.endswith(" | 1 |") for row in rows), result.stdout
     assert (tmp_path / "runs/compare-algorithms/grpo+vanilla/seed0/run.log").is_file()
+
+
+def test_rwml_reward_check_reports_how_often_a_wrong_copy_is_paid():
+    """One row per environment; on FrozenLake the embedded MiniLM pays the wrong 'nothing changes' at τ_d 0.2
+    on every changed transition, and at a τ_d far below its distances on none."""
+    out = subprocess.run([sys.executable, str(ROOT / "experiments/rwml_reward_check.py"), "--envs", 'frozenlake {"size": 4}', "--tasks", "3", "--taus", "1e-6", "0.2"],
+                         capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if line.startswith("| frozenlake"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == 'frozenlake {"size": 4}' and cells[3:5] == ["0%", "100%"]
