@@ -59,6 +59,9 @@ def test_summary_rows_without_task_types_or_world_model_objective():
     assert [(r.label, r.before, r.after) for r in rows] == [
         ("success rate", 0.0, 0.75), ("invalid-action rate", 1.0, 1.0), ("return", -0.2, -0.2), ("world-model NLL", 4.5, 4.0), ("world-model exact match", 0.0, 0.0),
     ]
+    scored = summary_rows({**before, "val/episode/score": 12.5}, {**after, "val/episode/score": 50.0})  # WebShop; the world-model task's exact match
+    assert [(r.label, r.before, r.after, r.change) for r in scored if r.key == "val/episode/score"] == [("score (%)", 12.5, 50.0, 37.5)]
+    assert format_summary(scored, "a", "b").count("12.500") == 1
     assert SummaryRow("x", "val/wm/nll", None, 1.0).change is None
     assert summary_rows({}, {}) == []
 

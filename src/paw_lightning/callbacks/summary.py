@@ -78,13 +78,14 @@ def _value(metrics: dict, key: str) -> float | None:
 def summary_rows(before: dict[str, float], after: dict[str, float], split: str = "val") -> list[SummaryRow]:
     """The rows present in ``before`` or ``after`` (metric key → value): success rate, then per
     task type (ALFWorld's order, then any other type alphabetically), invalid-action rate, mean
-    return, world-model NLL per token and exact match."""
+    return, the environment's score (when it reports one), world-model NLL per token and exact match."""
     success = f"{split}/episode/success_rate"
     typed = {k[len(success) + 1:] for k in (*before, *after) if k.startswith(success + "/")}
     order = list(TASK_TYPE_NAMES.values())
     types = [t for t in order if t in typed] + sorted(typed - set(order))
     wanted = [("success rate", success)] + [(f"  {t}", f"{success}/{t}") for t in types]
     wanted += [("invalid-action rate", f"{split}/episode/invalid_rate"), ("return", f"{split}/episode/return_mean"),
+               ("score (%)", f"{split}/episode/score"),  # WebShop's Score; the world-model task's exact-match rate
                ("world-model NLL", f"{split}/wm/nll"), ("world-model exact match", f"{split}/wm/exact_match")]
     rows = [SummaryRow(label, key, _value(before, key), _value(after, key)) for label, key in wanted]
     return [row for row in rows if row.before is not None or row.after is not None]
