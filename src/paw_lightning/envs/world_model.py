@@ -138,8 +138,6 @@ class WorldModelEnv:
         environment's reward (its τ_d and embedder)."""
         embed = shared_embedder(self.embedder)
         changed = torch.tensor([t.observation.split() != t.next_observation.split() for t in triplets], dtype=torch.bool)
-        if not changed.any():
-            return None
         return wrong_copy_reward_rate(embed([t.observation for t in triplets]), embed([t.next_observation for t in triplets]), changed, self.tau_d)
 
     def walkthrough(self) -> list[str]:
