@@ -123,6 +123,12 @@ def test_fit_prints_the_summary_of_its_logged_validations_and_plain_progress_lin
         assert _cell_matches(change.removesuffix(" pp") + ("%" if change.endswith("pp") else ""), a - b), (key, change)
     assert rows["val/wm/nll"][0] != rows["val/wm/nll"][1]  # trained: the world model's loss moved
     assert f"(MLflow run {run.info.run_id}: summary.md, summary.json)" in out
+
+    # the random tiny model never writes a valid action: every episode gets the same return,
+    # every advantage is 0, and after the 3rd such update the run says so, once
+    zero = [m.value for m in client.get_metric_history(run.info.run_id, "train/policy/zero_advantage_fraction")]
+    assert zero == [1.0, 1.0, 1.0]
+    assert out.count("warning: no learning signal for 3 updates in a row") == 1
     (tmp_path / "download").mkdir()
     with open(client.download_artifacts(run.info.run_id, "summary.json", str(tmp_path / "download"))) as f:
         summary = json.load(f)

@@ -25,6 +25,7 @@ from paw_lightning.rollout.collector import Collector, derive_seed
 from paw_lightning.rollout.prompts import PromptBuilder
 from paw_lightning.rollout.samples import RolloutBuffer, build_buffer
 from paw_lightning.scale import distributed
+from paw_lightning.training.learning_signal import LearningSignalWatch
 from paw_lightning.update import prepare_update
 
 
@@ -131,6 +132,7 @@ class RolloutDataModule(LightningDataModule):
         self.episode_metrics: dict[str, dict[str, float]] = {}
         self.update_metrics: dict[str, float] = {}  # the current update's diagnostics (advantages, selection)
         self.eval_rollouts: dict[str, RolloutBuffer] = {}  # the latest validation / test samples
+        self.signal_watch = LearningSignalWatch()  # warns after updates in a row with every advantage 0
 
     @property
     def seed(self) -> int:
@@ -171,6 +173,10 @@ class RolloutDataModule(LightningDataModule):
             self.update_metrics["perf/engine_sync_s"] = sync_seconds
         self.buffer = buffer
         self.episode_metrics["train"] = episode_metrics(trajectories)
+        all_zero = distributed.min_across_ranks(int(self.update_metrics["policy/zero_advantage_fraction"] == 1.0))
+        warning = self.signal_watch.observe(bool(all_zero), self.episode_metrics["train"].get("success_rate"))
+        if warning and distributed.rank() == 0:
+            print(warning)
         batches = []
         for k in range(self.ppo_epochs):
             order = torch.randperm(len(buffer), generator=torch.Generator().manual_seed(derive_seed(self.seed, "shuffle", epoch, k)))

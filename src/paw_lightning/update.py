@@ -17,11 +17,12 @@ from paw_lightning.model import reference_policy
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
+from paw_lightning.training.learning_signal import zero_advantage_fraction
 
 
 def prepare_update(module, buffer: RolloutBuffer, max_return: float | None = None) -> dict[str, float]:
     """Steps 1–4 above, in place on ``buffer``; returns the update's diagnostics (the
-    advantage estimator's and the selection's entropy quantiles). ``max_return``: the
+    advantage estimator's, the share of zero advantages and the selection's entropy quantiles). ``max_return``: the
     environment's return of a won episode (R_max of the reward-adaptive λ)."""
     score(module, buffer)
     estimator = module.policy_objective.advantage
@@ -30,6 +31,7 @@ def prepare_update(module, buffer: RolloutBuffer, max_return: float | None = Non
     else:
         buffer.advantages = estimator(buffer.info)
     metrics = dict(getattr(estimator, "last_diagnostics", {}))
+    metrics["policy/zero_advantage_fraction"] = zero_advantage_fraction(buffer.advantages)
     if module.engine.off_policy:
         metrics.update(off_policy_correction(buffer, module.engine.tis_cap))
     wm = module.world_model_objective
