@@ -89,6 +89,20 @@ def test_self_play_steps_become_sft_samples_with_the_true_states(tiny_model_dir,
         obs = next_obs
 
 
+def test_self_play_episodes_follow_the_run_seed_unless_pinned(tiny_model_dir, monkeypatch):
+    """Seeds of a sweep self-play different tasks; an explicit seed plays the same ones."""
+    module = make_module(tiny_model_dir)
+    monkeypatch.setattr(module, "sampler", lambda max_new_tokens, token_stats=False: ScriptedSPA(module.tokenizer))
+
+    def tasks(sft, run_seed):
+        datamodule = RolloutDataModule(env="frozenlake", env_kwargs={"observation": "coordinates"}, rollout=RolloutSettings(max_steps=1, prompt_style="spa"), seed=run_seed, progress=False)
+        return sorted(d.task_seed for d in sft.demonstrations_for_rank(module, datamodule))
+
+    assert tasks(SelfPlaySFT(episodes=4), 1) != tasks(SelfPlaySFT(episodes=4), 2)
+    assert tasks(SelfPlaySFT(episodes=4), 1) == tasks(SelfPlaySFT(episodes=4), 1)
+    assert tasks(SelfPlaySFT(episodes=4, seed=7), 1) == tasks(SelfPlaySFT(episodes=4, seed=7), 2)
+
+
 def test_self_play_refuses_what_it_cannot_learn_from(tiny_model_dir, monkeypatch):
     module = make_module(tiny_model_dir)
     monkeypatch.setattr(module, "sampler", lambda max_new_tokens, token_stats=False: ScriptedSPA(module.tokenizer, "<think>no beliefs</think><answer>Right</answer>"))

@@ -24,16 +24,19 @@ class SelfPlaySFT(BehaviourCloningWarmup):
     epochs: passes over the rewritten steps (paper: about 5).
     lr: AdamW learning rate (paper: 1e-4).
     batch_size: steps per optimizer step and rank.
-    seed: seeds the task choice, the sampling and the shuffling.
+    seed: seeds the task choice, the sampling and the shuffling; default: the data's seed (the
+        run's ``seed_everything``), so every seed of a sweep plays its own self-play episodes
+        (the format warm-up before it is shared by all seeds on purpose: its seed is fixed).
     progress: show a rich progress bar (rank 0).
     """
 
     name = "self-play SFT"
     metric_prefix = "spa"
 
-    def __init__(self, episodes: int = 16, epochs: int = 5, lr: float = 1e-4, batch_size: int = 4, seed: int = 0, progress: bool = True):
-        super().__init__(demonstrations=episodes, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, progress=progress)
+    def __init__(self, episodes: int = 16, epochs: int = 5, lr: float = 1e-4, batch_size: int = 4, seed: int | None = None, progress: bool = True):
+        super().__init__(demonstrations=episodes, epochs=epochs, lr=lr, batch_size=batch_size, seed=0 if seed is None else seed, progress=progress)
         self.source = "self-play"
+        self.follows_run_seed = seed is None
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if trainer.datamodule.prompt.style != "spa":
@@ -43,6 +46,8 @@ class SelfPlaySFT(BehaviourCloningWarmup):
     def demonstrations_for_rank(self, pl_module, datamodule) -> list[Demonstration]:
         """This rank's share of the self-play episodes, played by the current policy and
         rewritten with the true states (a collective: every rank plays)."""
+        if self.follows_run_seed:  # before the fit's shuffling reads it too
+            self.seed = datamodule.seed
         mine = range(distributed.rank(), self.demonstrations, distributed.world_size())
         tasks = [(i, derive_seed(self.seed, "self-play", i)) for i in mine]
         rollout = datamodule.rollout
