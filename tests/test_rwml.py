@@ -125,9 +125,9 @@ def test_collector_hands_the_world_model_task_the_whole_response(triplet_dir, ti
     assert "within <next_state> </next_state>" in sampler.prompts[0] and "The agent now takes the action: 'open drawer 1'" in sampler.prompts[0]
 
 
-def rwml_datamodule(directory) -> RolloutDataModule:
+def rwml_datamodule(directory, seed: int | None = None) -> RolloutDataModule:
     kwargs = {"directory": str(directory), "source": "frozenlake", "source_kwargs": {"size": 4, "slippery": False}}
-    return RolloutDataModule(env="world_model", env_kwargs=kwargs, rollout=RolloutSettings(prompt_style="rwml", max_steps=1, max_new_tokens=8), progress=False)
+    return RolloutDataModule(env="world_model", env_kwargs=kwargs, rollout=RolloutSettings(prompt_style="rwml", max_steps=1, max_new_tokens=8), seed=seed, progress=False)
 
 
 @pytest.mark.parametrize("keep_easy,start_from_filter", [(0.0, False), (1.0, True)])
@@ -156,6 +156,21 @@ def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model
     out = capsys.readouterr().out
     assert f"RWML filter SFT: {round(0.1 * stats['triplets'])} triplets with their true next observation, 1 epoch, " in out
     assert stats["wrong_copy_reward_rate"] == 1.0 and "warning: RWML's reward (τ_d 0.2, embedder 'embedded') rewards the wrong prediction" in out
+
+
+def test_data_stage_follows_the_run_seed_unless_pinned(tiny_model_dir, tmp_path, monkeypatch):
+    """Seeds of a sweep collect triplets of different tasks; an explicit seed collects the same."""
+    module = make_module(tiny_model_dir)
+    monkeypatch.setattr(module, "sampler", lambda max_new_tokens, token_stats=False: FixedPrediction(module.tokenizer, "anything"))
+
+    def held_out(run_seed, **pinned):
+        stage = RWMLData(tasks=2, episodes_per_task=1, eval_tasks=2, max_steps=2, actions="random_valid", samples=1, keep_easy=1.0, epochs=1, progress=False, **pinned)
+        directory = tmp_path / f"{run_seed}-{pinned}"
+        stage.prepare(module, rwml_datamodule(directory, seed=run_seed), contextlib.nullcontext)
+        return [t.observation for t in read_triplets(directory / "eval.jsonl")]
+
+    assert held_out(1) != held_out(2)
+    assert held_out(1, seed=7) == held_out(2, seed=7)
 
 
 def test_rwml_then_policy_rl_end_to_end(tiny_model_dir, tmp_path, monkeypatch):

@@ -56,7 +56,9 @@ class RWMLData(BehaviourCloningWarmup):
     epochs, lr, batch_size, reason: the filter model's SFT.
     start_from_filter: keep the filter model's weights for GRPO (a format warm-up for models
         that do not write ``<next_state>`` yet; the paper's filter is a separate model).
-    seed, progress: as for :class:`BehaviourCloningWarmup`.
+    seed: seeds the tasks, the split, the sampling and the subsampling; default: the data's seed
+        (the run's ``seed_everything``), so every seed of a sweep collects its own triplets.
+    progress: as for :class:`BehaviourCloningWarmup`.
     """
 
     name = "RWML filter SFT"
@@ -66,9 +68,10 @@ class RWMLData(BehaviourCloningWarmup):
         self, tasks: int = 16, episodes_per_task: int = 2, eval_tasks: int = 8, max_steps: int = 8, actions: str = "policy",
         policy_prompt_style: str = "verl", max_new_tokens: int = 96, filter_fraction: float = 0.1, samples: int = 10,
         tau_d: float = 0.1, tau_easy: float = 0.0, keep_easy: float = 0.1, epochs: int = 2, lr: float = 1e-4, batch_size: int = 4,
-        reason: str = "I predict the next observation.", start_from_filter: bool = False, seed: int = 0, progress: bool = True,
+        reason: str = "I predict the next observation.", start_from_filter: bool = False, seed: int | None = None, progress: bool = True,
     ):
-        super().__init__(demonstrations=1, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, progress=progress, reason=reason)
+        super().__init__(demonstrations=1, epochs=epochs, lr=lr, batch_size=batch_size, seed=0 if seed is None else seed, progress=progress, reason=reason)
+        self.follows_run_seed = seed is None
         if actions not in ACTIONS:
             raise ValueError(f"RWMLData actions must be one of {', '.join(ACTIONS)}, got {actions!r}")
         if min(tasks, episodes_per_task, eval_tasks, max_steps, samples) < 1 or not 0 < filter_fraction < 1 or not 0 <= keep_easy <= 1:
@@ -95,6 +98,8 @@ class RWMLData(BehaviourCloningWarmup):
     def prepare(self, pl_module, datamodule, forward_context) -> dict[str, float]:
         """Write the splits, fit the filter, subsample; the stage's statistics."""
         start = time.perf_counter()
+        if self.follows_run_seed:
+            self.seed = datamodule.seed
         wm = datamodule.env_factory()
         triplets, held_out = self.play(pl_module, wm)
         random.Random(derive_seed(self.seed, "rwml-split")).shuffle(triplets)
