@@ -62,6 +62,8 @@ def test_summary_rows_without_task_types_or_world_model_objective():
     scored = summary_rows({**before, "val/episode/score": 12.5}, {**after, "val/episode/score": 50.0})  # WebShop; the world-model task's exact match
     assert [(r.label, r.before, r.after, r.change) for r in scored if r.key == "val/episode/score"] == [("score (%)", 12.5, 50.0, 37.5)]
     assert format_summary(scored, "a", "b").count("12.500") == 1
+    task = summary_rows({**before, "val/episode/score": 12.5}, after, env="world_model")  # RWML's: reward rate, exact match of the samples
+    assert [r.label for r in task][:2] == ["reward rate (1 − cos < τ_d)", "invalid-action rate"] and task[3].label == "sampled predictions exact (%)"
     assert SummaryRow("x", "val/wm/nll", None, 1.0).change is None
     assert summary_rows({}, {}) == []
 

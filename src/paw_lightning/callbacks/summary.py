@@ -75,10 +75,15 @@ def _value(metrics: dict, key: str) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-def summary_rows(before: dict[str, float], after: dict[str, float], split: str = "val") -> list[SummaryRow]:
+# RWML's world-model task (env world_model): an "episode" is one predicted next observation
+WORLD_MODEL_TASK_LABELS = {"success rate": "reward rate (1 − cos < τ_d)", "score (%)": "sampled predictions exact (%)"}
+
+
+def summary_rows(before: dict[str, float], after: dict[str, float], split: str = "val", env: str | None = None) -> list[SummaryRow]:
     """The rows present in ``before`` or ``after`` (metric key → value): success rate, then per
     task type (ALFWorld's order, then any other type alphabetically), invalid-action rate, mean
-    return, the environment's score (when it reports one), world-model NLL per token and exact match."""
+    return, the environment's score (when it reports one), world-model NLL per token and exact match
+    (both teacher-forced). ``env="world_model"`` names the first and the score row as what they are there."""
     success = f"{split}/episode/success_rate"
     typed = {k[len(success) + 1:] for k in (*before, *after) if k.startswith(success + "/")}
     order = list(TASK_TYPE_NAMES.values())
@@ -87,7 +92,8 @@ def summary_rows(before: dict[str, float], after: dict[str, float], split: str =
     wanted += [("invalid-action rate", f"{split}/episode/invalid_rate"), ("return", f"{split}/episode/return_mean"),
                ("score (%)", f"{split}/episode/score"),  # WebShop's Score; the world-model task's exact-match rate
                ("world-model NLL", f"{split}/wm/nll"), ("world-model exact match", f"{split}/wm/exact_match")]
-    rows = [SummaryRow(label, key, _value(before, key), _value(after, key)) for label, key in wanted]
+    labels = WORLD_MODEL_TASK_LABELS if env == "world_model" else {}
+    rows = [SummaryRow(labels.get(label, label), key, _value(before, key), _value(after, key)) for label, key in wanted]
     return [row for row in rows if row.before is not None or row.after is not None]
 
 
@@ -188,7 +194,7 @@ class RunSummary(Callback):
     def build(self, before_epoch: int | None, before: dict, after_epoch: int, after: dict, datamodule=None) -> dict:
         """The summary of two validations (``before_epoch=None``: none before): rows, terminal
         text and markdown."""
-        rows = summary_rows(before, after, self.split)
+        rows = summary_rows(before, after, self.split, getattr(datamodule, "env_name", None))
         title = ""
         if hasattr(datamodule, "eval_plan"):
             plan = datamodule.eval_plan(self.split)
