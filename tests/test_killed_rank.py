@@ -77,3 +77,35 @@ def test_hung_rank_times_out_with_its_name(tiny_model_dir, tmp_path):
         if rank_one.is_running():
             rank_one.kill()
     assert "rank 1 (pid" in error and "stopped (SIGSTOP)" in error and "--ckpt_path=" in error, error
+
+
+OBSERVED = """
+import signal, subprocess, sys, time
+from lightning.pytorch.strategies.launchers import subprocess_script
+from paw_lightning.scale import peers
+
+peers.name_lost_ranks_on_observer_kill(lambda: "/runs/last.ckpt")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+child.send_signal(signal.SIGKILL)
+subprocess_script._launch_process_observer([child])  # what Lightning's launcher calls on rank 0
+time.sleep(30)  # rank 0 busy (a rollout, a checkpoint write): the observer ends it
+"""
+
+
+def test_lightnings_observer_ends_rank_zero_with_the_one_line():
+    """When Lightning's child-process observer, not a collective, sees the dead rank first, rank 0
+    still exits 1 with one line naming it (Lightning's own would SIGKILL rank 0: exit −9)."""
+    result = subprocess.run([sys.executable, "-c", OBSERVED], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr[-2000:]
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert re.fullmatch(r"error: rank 0 of 2: rank 1 \(pid \d+\) killed by SIGKILL; resume with --ckpt_path=/runs/last.ckpt", error), error
+
+
+def test_a_process_reports_its_error_line_once(capsys):
+    from paw_lightning.scale import peers
+
+    if peers._REPORTED.locked():
+        peers._REPORTED.release()
+    assert peers.report("rank 0 of 2: first") and not peers.report("rank 0 of 2: second")
+    assert capsys.readouterr().err == "error: rank 0 of 2: first\n"
+    peers._REPORTED.release()  # other tests of this process may report

@@ -118,6 +118,7 @@ class PawCLI(LightningCLI):
         check_server = getattr(getattr(self.trainer, "logger", None), "check_server", None)
         if callable(check_server):
             check_server()
+        peers.name_lost_ranks_on_observer_kill(lambda: getattr(self.trainer.checkpoint_callback, "last_model_path", None))
         try:
             super()._run_subcommand(subcommand)
         except (ValueError, FileNotFoundError):
@@ -231,5 +232,5 @@ def main(args: list[str] | None = None) -> None:
     except (NonFiniteTrainingError, CheckpointWriteError, peers.PeerLostError) as err:  # the run itself failed (not its input): exit code 1
         if os.environ.get("PAW_LIGHTNING_DEBUG"):
             raise
-        print(f"error: {err}", file=sys.stderr)
+        peers.report(str(err))  # once: rank 0's child-process observer may have printed it already
         sys.exit(1)

@@ -7,11 +7,20 @@ as ``h:m:s``). :func:`collective_failure` turns either error into :class:`PeerLo
 message names the rank: the launcher (rank 0 of a Lightning-launched run) knows its child ranks'
 processes, a child rank knows its launcher (its parent process). Elsewhere (torchrun, several
 nodes) the message says a peer stopped answering.
+
+Rank 0 of a Lightning-launched run also has Lightning's child-process observer, a thread that
+looks at the child ranks every 5 s and, when one has died, SIGKILLs every rank, itself
+included (exit code −9, no message). Which of the two sees a dead rank first is a race, so
+:func:`name_lost_ranks_on_observer_kill` makes the observer end rank 0 with the same one line
+and exit code 1; :func:`report` prints that line once per process, whichever path comes first.
 """
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
+from typing import Callable
 
 import psutil
 
@@ -58,10 +67,47 @@ def lost_peers(rank: int, launched: list | None) -> list[str]:
     return found
 
 
+def _resume(checkpoint: str | None) -> str:
+    return f"resume with --ckpt_path={checkpoint}" if checkpoint else "no checkpoint was written yet: start again"
+
+
 def collective_failure(err: BaseException, rank: int, world_size: int, launched: list | None, checkpoint: str | None) -> PeerLostError:
     """The one-line error of ``rank`` for a failed collective (see the module docstring)."""
     lost = lost_peers(rank, launched)
     who = "; ".join(lost) if lost else "a peer rank stopped answering"
     detail = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-    resume = f"resume with --ckpt_path={checkpoint}" if checkpoint else "no checkpoint was written yet: start again"
-    return PeerLostError(f"rank {rank} of {world_size}: a collective failed: {who} ({detail}); {resume}")
+    return PeerLostError(f"rank {rank} of {world_size}: a collective failed: {who} ({detail}); {_resume(checkpoint)}")
+
+
+_REPORTED = threading.Lock()  # held once this process has printed its error line
+
+
+def report(message: str) -> bool:
+    """Print ``error: <message>`` to stderr unless this process already printed its error line;
+    whether it printed."""
+    if not _REPORTED.acquire(blocking=False):
+        return False
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return True
+
+
+def name_lost_ranks_on_observer_kill(checkpoint: Callable[[], str | None]) -> None:
+    """Replace the observer that Lightning's subprocess launcher starts on rank 0 with one that,
+    when a child rank has died, kills the other children as Lightning's does, then prints the
+    one error line (the dead ranks, ``checkpoint()`` to resume from) and exits with code 1
+    instead of SIGKILLing rank 0. If rank 0 already reported (its collective failed first), the
+    observer leaves the exit to it."""
+    from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    class NamingObserver(_ChildProcessObserver):
+        def _terminate_all(self) -> None:
+            lost = lost_peers(0, self._child_processes)
+            for proc in self._child_processes:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+            who = "; ".join(lost) if lost else "a child rank ended"
+            if report(f"rank 0 of {len(self._child_processes) + 1}: {who}; {_resume(checkpoint())}"):
+                os._exit(1)
+
+    subprocess_script._launch_process_observer = lambda procs: NamingObserver(main_pid=os.getpid(), child_processes=procs).start()
