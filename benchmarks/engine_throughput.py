@@ -1,5 +1,6 @@
 """Rollout engines side by side: hf ``generate`` (on the trained model and on a merged copy,
-``HFEngine(merge_lora=True)``) vs CTranslate2 int8 and float32 at a config's shapes.
+``HFEngine(merge_lora=True)``) vs CTranslate2 int8 and float32 (2 workers, the default) and
+int8 with 1 worker (``1w``) at a config's shapes.
 
 First-step prompts of the config's environment (``data.env``, its ``env_kwargs`` and prompt
 settings; task seeds 0…N−1) are generated in calls of the config's rollout batch
@@ -86,8 +87,8 @@ def main() -> None:
     merged = HFEngine(merge_lora=True)
     merged.refresh(lm, tokenizer, version=0)
     samplers["hf merged"], sync["hf merged"] = (lambda: merged.sampler(lm, tokenizer, budget, True, version=0)), merged.last_sync_seconds
-    for name, compute_type in (("ct2 int8", "int8"), ("ct2 float32", "float32")):
-        engine = CT2Engine(compute_type, threads=threads, tis_cap=None)
+    for name, compute_type, workers in (("ct2 int8", "int8", 2), ("ct2 int8 1w", "int8", 1), ("ct2 float32", "float32", 2)):
+        engine = CT2Engine(compute_type, threads=threads, workers=workers, tis_cap=None)
         engine.refresh(lm, tokenizer, version=0)
         sync[name] = engine.last_sync_seconds
         samplers[name] = lambda engine=engine: engine.sampler(lm, tokenizer, budget, True, version=0)

@@ -8,7 +8,7 @@ import torch
 
 from paw_lightning.model import LMConfig
 from paw_lightning.rollout import ct2 as ct2_lib
-from paw_lightning.rollout.ct2 import CT2Engine
+from paw_lightning.rollout.ct2 import CT2Engine, assign_calls
 from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids
 
 from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
@@ -61,8 +61,9 @@ def test_the_copy_follows_the_weights(module, tmp_path, monkeypatch):
         assert after == GenerationEngine(module.lm, module.tokenizer, 12).generate_ids(ids, 0.0, 0, stop=None) != before
 
 
-def test_sampling_is_reproducible_from_the_first_calls_seed(module, tmp_path):
-    engine, ids = CT2Engine("float32", workdir=str(tmp_path)), prompt_ids(module)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sampling_is_reproducible_from_the_first_calls_seed(module, tmp_path, workers):
+    engine, ids = CT2Engine("float32", workers=workers, workdir=str(tmp_path)), prompt_ids(module)
     engine.refresh(module.lm, module.tokenizer, version=0)
 
     def rollout(seed):  # one sampler = one rollout: several calls
@@ -74,6 +75,37 @@ def test_sampling_is_reproducible_from_the_first_calls_seed(module, tmp_path):
     assert first[0] != first[1]  # the calls of one rollout continue the stream
 
 
+def test_calls_split_by_prompt_length_and_go_to_the_least_loaded_worker():
+    prompts = [[1] * 5, [1] * 3, [1] * 5, [1] * 9, [1] * 3]  # lengths 5, 3, 5, 9, 3
+    # longest first: 9 (1 row) → worker 0 (load 9); 5 (2 rows) → worker 1 (load 10); 3 (2 rows) → worker 0
+    assert assign_calls(prompts, 2) == [(0, [3]), (1, [0, 2]), (0, [1, 4])]
+    assert assign_calls(prompts, 1) == [(0, [3]), (0, [0, 2]), (0, [1, 4])]
+
+
+def test_each_worker_samples_its_own_stream(module, tmp_path):
+    """At a huge temperature every prompt's distribution is near uniform, so two workers with the
+    same random stream would sample the same tokens for their different prompts."""
+    engine, ids = CT2Engine("float32", workers=2, workdir=str(tmp_path)), prompt_ids(module)[:2]
+    sampler = engine.sampler(module.lm, module.tokenizer, 12, False, version=0)
+    assert [worker for worker, _ in assign_calls(ids, 2)] == [0, 1]
+    first, second = sampler.generate_ids(ids, 1e6, 3, stop=None)
+    shared = min(len(first), len(second))
+    assert shared >= 3 and first[:shared] != second[:shared]
+
+
+def test_a_rollout_leaves_torchs_thread_count_alone(module, tmp_path):
+    """CTranslate2 sets the OpenMP thread count of the thread that loads or runs a generator;
+    the update after the rollout must still get torch's threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        sampler = CT2Engine("float32", threads=2, workers=2, workdir=str(tmp_path)).sampler(module.lm, module.tokenizer, 4, False, version=0)
+        sampler.generate_ids(prompt_ids(module), 1.0, 0, stop=None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_refusals_name_the_fix(tiny_model_dir):
     engine = CT2Engine()
     with pytest.raises(ValueError, match="one process"):
@@ -82,6 +114,8 @@ def test_refusals_name_the_fix(tiny_model_dir):
         engine.check(LMConfig(quantization="nf4"), world_size=1)
     with pytest.raises(ValueError, match="compute_type"):
         CT2Engine("int4")
+    with pytest.raises(ValueError, match="workers"):
+        CT2Engine(workers=0)
     with pytest.raises(ValueError, match="recompute"):
         make_module(tiny_model_dir, engine=CT2Engine(), old_logprobs="rollout")
 

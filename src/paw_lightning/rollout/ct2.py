@@ -4,7 +4,10 @@ Before a rollout whose weights differ from the copy's (the global step moved), t
 is merged into a copy of the model (W + (α/r)·B·A), converted and loaded (``last_sync_seconds``).
 Generation keeps the ``hf`` engine's contract (prompt ids, temperature, stop string, budget);
 seeding differs: CTranslate2 seeds a generator once (#1757), so a sampler's first call seeds
-all its calls. With ``token_stats``, log-probs and entropies come from the copy's logits at
+all its calls. CTranslate2 decodes the part of a longer prompt beyond a batch's shortest one
+token at a time, so a call is split by prompt length; ``workers`` copies (each on
+``threads // workers`` threads) decode those calls at once, assigned deterministically and
+seeded ``seed + worker``, so that sampling stays reproducible. With ``token_stats``, log-probs and entropies come from the copy's logits at
 temperature 1 (π_engine). One process only (no FSDP2/DDP), no 4-bit base.
 Design notes: docs/design.md#paw_lightningrolloutct2py
 """
@@ -53,6 +56,8 @@ class CT2Engine(RolloutEngine):
         compute_type: ``int8`` (default: the fastest on CPUs), ``float32`` (the same greedy
             tokens as ``hf``) or ``int8_float32``.
         threads: CPU threads of the engine (0: CTranslate2's default).
+        workers: copies decoding at once, each on ``threads // workers`` threads (default 2:
+            a call's prompts of different lengths go to different copies).
         workdir: where the converted copy is written (default: a temporary directory).
         tis_cap: C of the truncated importance weight min(π_old / π_engine, C) on the policy
             loss; ``null``: no correction (``train/rollout/engine_kl`` is logged either way).
@@ -60,12 +65,14 @@ class CT2Engine(RolloutEngine):
 
     off_policy = True
 
-    def __init__(self, compute_type: str = "int8", threads: int = 0, workdir: str | None = None, tis_cap: float | None = 2.0):
+    def __init__(self, compute_type: str = "int8", threads: int = 0, workers: int = 2, workdir: str | None = None, tis_cap: float | None = 2.0):
         if compute_type not in COMPUTE_TYPES:
             raise ValueError(f"model.engine compute_type must be one of {', '.join(COMPUTE_TYPES)} (got {compute_type!r})")
         if tis_cap is not None and tis_cap < 1:
             raise ValueError(f"model.engine tis_cap must be at least 1 or null (got {tis_cap})")
-        self.compute_type, self.threads, self.workdir, self.tis_cap = compute_type, threads, workdir, tis_cap
+        if workers < 1:
+            raise ValueError(f"model.engine workers must be at least 1 (got {workers})")
+        self.compute_type, self.threads, self.workers, self.workdir, self.tis_cap = compute_type, threads, workers, workdir, tis_cap
         self.directory: str | None = None  # the converted copy
 
     def check(self, lm_config, world_size: int) -> None:
@@ -87,22 +94,34 @@ class CT2Engine(RolloutEngine):
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> CT2Sampler:
         """A sampler with the collector's interface on weights of ``version`` (synced first)."""
         self.refresh(lm, tokenizer, version)
-        return CT2Sampler(self.directory, self.compute_type, self.threads, tokenizer, max_new_tokens, token_stats)
+        return CT2Sampler(self.directory, self.compute_type, self.threads, tokenizer, max_new_tokens, token_stats, self.workers)
 
 
 class CT2Sampler(GenerationEngine):
-    """``GenerationEngine``'s interface on a converted copy; loaded at the first call, seeded
-    with that call's seed."""
+    """``GenerationEngine``'s interface on ``workers`` loaded copies of a converted model, loaded
+    at the first call; worker ``j`` is seeded with that call's seed + ``j``."""
 
-    def __init__(self, directory: str, compute_type: str, threads: int, tokenizer, max_new_tokens: int, token_stats: bool = False):
+    def __init__(self, directory: str, compute_type: str, threads: int, tokenizer, max_new_tokens: int, token_stats: bool = False, workers: int = 1):
         super().__init__(None, tokenizer, max_new_tokens, token_stats)
-        self.directory, self.compute_type, self.threads = directory, compute_type, threads
-        self.generator = None
+        self.directory, self.compute_type, self.threads, self.workers = directory, compute_type, threads, workers
+        self.generators: list = []
+
+    def load(self, seed: int) -> None:
+        """One generator (one worker thread) per worker. CTranslate2 seeds a thread's random
+        stream from the global seed when that thread first samples, so each worker samples one
+        token right after the global seed is set to ``seed + j``."""
+        ct2 = _ctranslate2()
+        threads = max(1, self.threads // self.workers) if self.threads else 0
+        prime = [[self.tokenizer.convert_ids_to_tokens(self.tokenizer.eos_token_id)]]
+        for j in range(self.workers):
+            generator = ct2.Generator(self.directory, device="cpu", compute_type=self.compute_type, intra_threads=threads)
+            ct2.set_random_seed(seed + j)
+            generator.generate_batch(prime, max_length=1, sampling_topk=0)
+            self.generators.append(generator)
 
     def generate_ids(self, prompt_ids, temperature, seed, max_new_tokens=None, stop="</action>", token_stats=None):
         if not prompt_ids:
             return []
-        ct2 = _ctranslate2()
         tok = self.tokenizer
         texts = [""] * len(prompt_ids)
 
@@ -112,20 +131,23 @@ class CT2Sampler(GenerationEngine):
             texts[row] += tok.decode([step.token_id])
             return stopped(texts[row], stop)
 
-        if self.generator is None:
-            ct2.set_random_seed(seed)  # seeds the generator's worker thread when it first samples
-            self.generator = ct2.Generator(self.directory, device="cpu", compute_type=self.compute_type, intra_threads=self.threads)
-        # one call per prompt length: CTranslate2 decodes the part of a longer prompt beyond the
-        # batch's shortest one token at a time (measured 2.4× slower on ALFWorld's prompts)
-        by_length: dict[int, list[int]] = {}
-        for row, ids in enumerate(prompt_ids):
-            by_length.setdefault(len(ids), []).append(row)
+        torch_threads = torch.get_num_threads()
+        try:
+            return self._generate(prompt_ids, temperature, seed, max_new_tokens, stop, token_stats, stop_row)
+        finally:  # loading or running a generator leaves torch on its intra_threads (measured: 2 → 1)
+            torch.set_num_threads(torch_threads)
+
+    def _generate(self, prompt_ids, temperature, seed, max_new_tokens, stop, token_stats, stop_row):
+        tok = self.tokenizer
+        if not self.generators:
+            self.load(seed)
         rows: list[list[int]] = [[] for _ in prompt_ids]
         stats: list[tuple[list[float], list[float]]] = [([], [])] * len(prompt_ids)
-        for length in sorted(by_length):
-            members = by_length[length]
-            results = self.generator.generate_batch(
+        pending = []
+        for worker, members in assign_calls(prompt_ids, len(self.generators)):
+            results = self.generators[worker].generate_batch(
                 [tok.convert_ids_to_tokens(prompt_ids[row]) for row in members],
+                asynchronous=True,  # each generator decodes its own calls in order, all generators at once
                 max_length=max_new_tokens or self.max_new_tokens,
                 sampling_topk=1 if temperature <= 0 else 0,  # 0: the full distribution
                 sampling_temperature=max(temperature, 1e-6),
@@ -135,13 +157,32 @@ class CT2Sampler(GenerationEngine):
                 return_logits_vocab=token_stats is not None,
                 callback=lambda step, members=members: stop_row(step, members[step.batch_id]),
             )
+            pending.append((members, results))
+        for members, results in pending:
             for row, result in zip(members, results):
+                result = result.result()
                 rows[row] = self._cut(result.sequences_ids[0], stop)
                 if token_stats is not None:
                     stats[row] = _token_stats(torch.from_numpy(np.asarray(result.logits[0])[: len(rows[row])]), rows[row])
         if token_stats is not None:
             token_stats += stats
         return rows
+
+
+def assign_calls(prompt_ids: list[list[int]], workers: int) -> list[tuple[int, list[int]]]:
+    """``(worker, rows)`` per generate call: one call per prompt length (CTranslate2 decodes the
+    part of a longer prompt beyond a batch's shortest one token at a time: 2.4× slower on
+    ALFWorld's prompts), longest first, each to the worker with the fewest prompt tokens so far
+    (ties: the lowest index). Depends only on the prompts' lengths, so it is reproducible."""
+    by_length: dict[int, list[int]] = {}
+    for row, ids in enumerate(prompt_ids):
+        by_length.setdefault(len(ids), []).append(row)
+    load, calls = [0] * workers, []
+    for length in sorted(by_length, reverse=True):
+        worker = min(range(workers), key=lambda w: (load[w], w))
+        load[worker] += length * len(by_length[length])
+        calls.append((worker, by_length[length]))
+    return calls
 
 
 def _token_stats(logits: torch.Tensor, row: list[int]) -> tuple[list[float], list[float]]:
