@@ -25,7 +25,8 @@ sampler (``model.old_logprobs: rollout``). ``main_job``: ``before``: float32 wei
 π_old recomputed by a scoring forward (the main job when issue 16 was filed); ``float32``:
 π_old from the sampler; ``bfloat16``: also ``model.lm.dtype: auto`` (bfloat16 on a CPU with
 AMX or AVX-512 BF16); ``after``: also rollouts from a merged copy (``HFEngine(merge_lora=True)``):
-the main job now.
+the main job now; ``ct2``: rollouts from the CTranslate2 int8 engine instead (2 workers), which
+needs π_old recomputed (``model.old_logprobs: recompute``).
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ SUITES = {
             "float32": ["--model.lm.dtype=float32", "--model.engine.init_args.merge_lora=false"],
             "bfloat16": ["--model.engine.init_args.merge_lora=false"],
             "after": [],
+            "ct2": ["--model.engine=paw_lightning.rollout.ct2.CT2Engine", "--model.old_logprobs=recompute"],
         },
     },
 }

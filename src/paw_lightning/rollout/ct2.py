@@ -7,8 +7,8 @@ seeding differs: CTranslate2 seeds a generator once (#1757), so a sampler's firs
 all its calls. CTranslate2 decodes the part of a longer prompt beyond a batch's shortest one
 token at a time, so a call is split by prompt length; ``workers`` copies (each on
 ``threads // workers`` threads) decode those calls at once, assigned deterministically and
-seeded ``seed + worker``, so that sampling stays reproducible. With ``token_stats``, log-probs and entropies come from the copy's logits at
-temperature 1 (π_engine). One process only (no FSDP2/DDP), no 4-bit base.
+seeded ``seed + worker``, so that sampling stays reproducible. With ``token_stats``, log-probs
+and entropies come from the copy's logits at temperature 1 (π_engine). One process only (no FSDP2/DDP), no 4-bit base.
 Design notes: docs/design.md#paw_lightningrolloutct2py
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ class CT2Engine(RolloutEngine):
     Args:
         compute_type: ``int8`` (default: the fastest on CPUs), ``float32`` (the same greedy
             tokens as ``hf``) or ``int8_float32``.
-        threads: CPU threads of the engine (0: CTranslate2's default).
+        threads: CPU threads of the engine, shared by its workers (0: torch's thread count).
         workers: copies decoding at once, each on ``threads // workers`` threads (default 2:
             a call's prompts of different lengths go to different copies).
         workdir: where the converted copy is written (default: a temporary directory).
@@ -111,7 +111,7 @@ class CT2Sampler(GenerationEngine):
         stream from the global seed when that thread first samples, so each worker samples one
         token right after the global seed is set to ``seed + j``."""
         ct2 = _ctranslate2()
-        threads = max(1, self.threads // self.workers) if self.threads else 0
+        threads = max(1, (self.threads or torch.get_num_threads()) // self.workers)
         prime = [[self.tokenizer.convert_ids_to_tokens(self.tokenizer.eos_token_id)]]
         for j in range(self.workers):
             generator = ct2.Generator(self.directory, device="cpu", compute_type=self.compute_type, intra_threads=threads)
@@ -122,6 +122,13 @@ class CT2Sampler(GenerationEngine):
     def generate_ids(self, prompt_ids, temperature, seed, max_new_tokens=None, stop="</action>", token_stats=None):
         if not prompt_ids:
             return []
+        torch_threads = torch.get_num_threads()
+        try:
+            return self._generate(prompt_ids, temperature, seed, max_new_tokens, stop, token_stats)
+        finally:  # loading or running a generator leaves torch on its intra_threads (measured: 2 → 1)
+            torch.set_num_threads(torch_threads)
+
+    def _generate(self, prompt_ids, temperature, seed, max_new_tokens, stop, token_stats):
         tok = self.tokenizer
         texts = [""] * len(prompt_ids)
 
@@ -131,14 +138,6 @@ class CT2Sampler(GenerationEngine):
             texts[row] += tok.decode([step.token_id])
             return stopped(texts[row], stop)
 
-        torch_threads = torch.get_num_threads()
-        try:
-            return self._generate(prompt_ids, temperature, seed, max_new_tokens, stop, token_stats, stop_row)
-        finally:  # loading or running a generator leaves torch on its intra_threads (measured: 2 → 1)
-            torch.set_num_threads(torch_threads)
-
-    def _generate(self, prompt_ids, temperature, seed, max_new_tokens, stop, token_stats, stop_row):
-        tok = self.tokenizer
         if not self.generators:
             self.load(seed)
         rows: list[list[int]] = [[] for _ in prompt_ids]
