@@ -13,10 +13,15 @@ copy's conversion time (``sync``), and the engine/trainer gap ``engine_kl`` = me
 
     python benchmarks/engine_throughput.py                               # configs/alfworld.yaml
     python benchmarks/engine_throughput.py --config configs/frozenlake.yaml --reps 5
+    python benchmarks/engine_throughput.py --device cuda --engines hf,"hf merged",vllm   # a CUDA GPU with vLLM
+
+``vllm``: ``VLLMEngine`` without sleep mode (one adapter push, timed as its ``sync``), extra
+``vllm.LLM`` arguments as JSON in ``--vllm-kwargs``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -37,6 +42,9 @@ from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_s
 from paw_lightning.rollout.ct2 import CT2Engine
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, chat_prompt_ids
 from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
+from paw_lightning.rollout.vllm_engine import VLLMEngine
+
+CPU_ENGINES = "hf,hf merged,ct2 int8,ct2 int8 1w,ct2 float32"
 
 
 def first_prompts(data: dict, n: int) -> list[str]:
@@ -55,12 +63,12 @@ def engine_gap(lm, generations) -> float:
     gaps = []
     with torch.no_grad():
         for g in generations:
-            ids = torch.tensor([g.prompt_ids + g.response_ids])
+            ids = torch.tensor([g.prompt_ids + g.response_ids], device=lm.device)
             read = torch.zeros_like(ids, dtype=torch.bool)
             read[0, len(g.prompt_ids):] = True
             logp, targets, _ = read_log_softmax(lm, ids, torch.ones_like(ids, dtype=torch.bool), read, len(g.prompt_ids))
             trainer = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            gaps.append((trainer - torch.tensor(g.logprobs)).abs())
+            gaps.append((trainer.float().cpu() - torch.tensor(g.logprobs)).abs())
     return float(torch.cat(gaps).mean())
 
 
@@ -70,7 +78,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2, help="generate calls per rep and engine (default 2)")
     parser.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's choice)")
+    parser.add_argument("--engines", default=CPU_ENGINES, help=f"comma-separated, hf first (default: {CPU_ENGINES}; also: vllm)")
+    parser.add_argument("--device", default="cpu", help="where the trained model lives (cpu, cuda)")
+    parser.add_argument("--vllm-kwargs", default="{}", help='vllm.LLM arguments as JSON, e.g. \'{"enforce_eager": true}\'')
     args = parser.parse_args()
+    names = [n.strip() for n in args.engines.split(",")]
+    if names[0] != "hf":
+        parser.error("--engines must start with hf (the ratios are to it)")
     if args.threads:
         torch.set_num_threads(args.threads)
     config = resolved_config(args.config)
@@ -78,17 +92,23 @@ def main() -> None:
     batch, budget, temperature = rollout["groups"] * rollout["group_size"], rollout["max_new_tokens"], rollout["temperature"]
     lm_config = LMConfig(**{k: v for k, v in config["model"]["lm"].items()})
     tokenizer, lm = load_tokenizer(lm_config), load_model(lm_config)
-    lm.eval()
+    lm.to(args.device).eval()
     prompts = first_prompts(data, batch * args.calls)
     threads = torch.get_num_threads()
 
     # a sampler per rep and engine (a CTranslate2 sampler seeds its stream at its first call)
     samplers, sync = {"hf": lambda: GenerationEngine(lm, tokenizer, budget, token_stats=True)}, {"hf": 0.0}
-    merged = HFEngine(merge_lora=True)
-    merged.refresh(lm, tokenizer, version=0)
-    samplers["hf merged"], sync["hf merged"] = (lambda: merged.sampler(lm, tokenizer, budget, True, version=0)), merged.last_sync_seconds
-    for name, compute_type, workers in (("ct2 int8", "int8", 2), ("ct2 int8 1w", "int8", 1), ("ct2 float32", "float32", 2)):
-        engine = CT2Engine(compute_type, threads=threads, workers=workers, tis_cap=None)
+    copies = {
+        "hf merged": lambda: HFEngine(merge_lora=True),
+        "ct2 int8": lambda: CT2Engine("int8", threads=threads, workers=2, tis_cap=None),
+        "ct2 int8 1w": lambda: CT2Engine("int8", threads=threads, workers=1, tis_cap=None),
+        "ct2 float32": lambda: CT2Engine("float32", threads=threads, workers=2, tis_cap=None),
+        "vllm": lambda: VLLMEngine(sleep=False, tis_cap=None, llm_kwargs=json.loads(args.vllm_kwargs)),
+    }
+    for name in names[1:]:
+        if name not in copies:
+            parser.error(f"unknown engine {name!r}: choose from hf, {', '.join(copies)}")
+        engine = copies[name]()
         engine.refresh(lm, tokenizer, version=0)
         sync[name] = engine.last_sync_seconds
         samplers[name] = lambda engine=engine: engine.sampler(lm, tokenizer, budget, True, version=0)

@@ -1,6 +1,8 @@
 """GPU runs of the real embedded model (marked ``gpu``: skipped on machines without CUDA)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from paw_lightning.cli import main
@@ -30,8 +32,10 @@ def test_vllm_engine_fits_and_matches_the_trainer(tmp_path, monkeypatch):
     engine/trainer gap small enough for TIS to be a correction, not a rewrite."""
     pytest.importorskip("vllm")
     monkeypatch.chdir(tmp_path)
+    llm_kwargs = os.environ.get("PAW_TEST_VLLM_KWARGS", '{"enforce_eager": true}')  # e.g. an attention backend the machine has
     main([
         "fit", "-c", str(ROOT / "configs/frozenlake.yaml"), "--model.engine=paw_lightning.rollout.vllm_engine.VLLMEngine",
+        f"--model.engine.llm_kwargs={llm_kwargs}",
         "--trainer.accelerator=gpu", "--trainer.precision=bf16-mixed", "--trainer.max_epochs=2",
         "--trainer.check_val_every_n_epoch=2", f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
         f"--trainer.default_root_dir={tmp_path / 'runs'}", "--data.progress=false",

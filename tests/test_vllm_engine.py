@@ -77,10 +77,11 @@ def fake_vllm(monkeypatch):
 def test_requests_results_and_sleep(fake_vllm, tiny_model_dir, tmp_path):
     module = make_module(tiny_model_dir)
     tok = module.tokenizer
-    engine = VLLMEngine(workdir=str(tmp_path))
+    engine = VLLMEngine(workdir=str(tmp_path), llm_kwargs={"enforce_eager": True})
     sampler = engine.sampler(module.lm, tok, 16, True, version=0)
     llm = engine.llm
     assert llm.kwargs["enable_lora"] and llm.kwargs["enable_sleep_mode"] and llm.kwargs["gpu_memory_utilization"] == 0.3
+    assert llm.kwargs["enforce_eager"] is True  # llm_kwargs reach vllm.LLM
     action = tok.encode("<action>Up</action>", add_special_tokens=False)
     llm.reply = action + tok.encode(" more", add_special_tokens=False)  # vLLM may return tokens past the stop
     ids = [chat_prompt_ids(tok, "go"), chat_prompt_ids(tok, "a longer prompt")]
@@ -118,6 +119,8 @@ def test_a_new_adapter_only_when_the_weights_moved(fake_vllm, tiny_model_dir, tm
 def test_refusals_name_the_fix(fake_vllm):
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         VLLMEngine(gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match=r"llm_kwargs \['dtype'\].*directly"):
+        VLLMEngine(llm_kwargs={"dtype": "float16"})
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             VLLMEngine().check(LMConfig(), world_size=1)

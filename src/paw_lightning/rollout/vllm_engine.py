@@ -39,18 +39,24 @@ class VLLMEngine(RolloutEngine):
         dtype: vLLM's weight dtype (``auto``: the model's).
         workdir: where the pushed adapters are written (default: a temporary directory).
         tis_cap: C of the truncated importance weight min(π_old / π_engine, C); ``null``: none.
+        llm_kwargs: further ``vllm.LLM`` arguments, e.g. ``{attention_backend: TRITON_ATTN,
+            enforce_eager: true, max_model_len: 4096}``.
     """
 
     off_policy = True
 
     def __init__(self, gpu_memory_utilization: float = 0.3, sleep: bool = True, max_lora_rank: int = 64, dtype: str = "auto",
-                 workdir: str | None = None, tis_cap: float | None = 2.0):
+                 workdir: str | None = None, tis_cap: float | None = 2.0, llm_kwargs: dict | None = None):
         if not 0 < gpu_memory_utilization < 1:
             raise ValueError(f"model.engine gpu_memory_utilization must be in (0, 1) (got {gpu_memory_utilization})")
         if tis_cap is not None and tis_cap < 1:
             raise ValueError(f"model.engine tis_cap must be at least 1 or null (got {tis_cap})")
         self.gpu_memory_utilization, self.sleep, self.max_lora_rank, self.dtype = gpu_memory_utilization, sleep, max_lora_rank, dtype
         self.workdir, self.tis_cap = workdir, tis_cap
+        self.llm_kwargs = dict(llm_kwargs or {})
+        reserved = {"model", "enable_lora", "max_lora_rank", "gpu_memory_utilization", "enable_sleep_mode", "dtype"} & set(self.llm_kwargs)
+        if reserved:
+            raise ValueError(f"model.engine llm_kwargs {sorted(reserved)} are the engine's own arguments: set them directly on model.engine")
         self.llm = None
         self.asleep = False
         self.base: str | None = None  # the base model's directory or hub id
@@ -72,8 +78,11 @@ class VLLMEngine(RolloutEngine):
         """Create the colocated ``vllm.LLM`` on ``base`` (called once, at the first rollout)."""
         vllm, _, _ = _vllm()
         self.base = base
+        # vLLM's engine core in this process, not a child: CUDA is already initialised here (the
+        # trainer's weights), and sleep/wake then frees memory of this very process
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(model=base, enable_lora=True, max_lora_rank=self.max_lora_rank, gpu_memory_utilization=self.gpu_memory_utilization,
-                            enable_sleep_mode=self.sleep, dtype=self.dtype)
+                            enable_sleep_mode=self.sleep, dtype=self.dtype, **self.llm_kwargs)
 
     def sync(self, lm, tokenizer) -> None:
         """Save the current LoRA weights as adapter number ``pushes`` and make it the one every
