@@ -3,13 +3,15 @@ the same greedy tokens, log-probs and entropies (float32), the same stop cut, a 
 weights change, reproducible sampling per seed, and clear refusals."""
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
 from paw_lightning.model import LMConfig
 from paw_lightning.rollout import ct2 as ct2_lib
 from paw_lightning.rollout.ct2 import CT2Engine, assign_calls
-from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids
+from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids, merged_copy
 
 from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
 from test_module import make_module
@@ -59,6 +61,22 @@ def test_the_copy_follows_the_weights(module, tmp_path, monkeypatch):
         after = engine.sampler(module.lm, module.tokenizer, 12, False, version=1).generate_ids(ids, 0.0, 0, stop=None)
         assert len(conversions) == 2
         assert after == GenerationEngine(module.lm, module.tokenizer, 12).generate_ids(ids, 0.0, 0, stop=None) != before
+
+
+def test_conversion_skips_the_converters_collections_and_restores_them(module, tmp_path, monkeypatch):
+    """The converter's per-layer ``gc.collect()`` (0.4 s each in a training process) is skipped
+    while converting, and its module's ``gc`` is the real one again after, even after an error."""
+    from ctranslate2.converters import transformers as converter_module
+
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(1) or 0)
+    with torch.no_grad():
+        ct2_lib.convert(merged_copy(module.lm), module.tokenizer, str(tmp_path / "copy"), "float32")
+    assert collections == [] and converter_module.gc is gc and (tmp_path / "copy" / "model.bin").is_file()
+    with pytest.raises(Exception):
+        with torch.no_grad():  # no tokenizer: fails after the layers (and their collections) are converted
+            ct2_lib.convert(merged_copy(module.lm), None, str(tmp_path / "bad"), "float32")
+    assert converter_module.gc is gc
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import types
 
 import numpy as np
 import torch
@@ -33,8 +34,15 @@ def _ctranslate2():
 
 
 def convert(model: torch.nn.Module, tokenizer, output_dir: str, quantization: str) -> None:
-    """Write ``model`` (an in-memory transformers model) as a CTranslate2 model to ``output_dir``."""
+    """Write ``model`` (an in-memory transformers model) as a CTranslate2 model to ``output_dir``.
+
+    The converter calls ``gc.collect()`` after each decoder layer to free a model it loaded
+    itself; here the model stays in memory either way, and in a training process (many live
+    Python objects) each collection took 0.4 s: 12.4 of a 13.4 s conversion of the 30-layer
+    SmolLM2-135M. The converter's module sees a ``gc`` whose ``collect`` does nothing while
+    it converts."""
     from ctranslate2.converters import TransformersConverter
+    from ctranslate2.converters import transformers as converter_module
 
     with tempfile.TemporaryDirectory() as config_dir:
         model.config.save_pretrained(config_dir)  # the converter reads the architecture from a config file
@@ -46,7 +54,12 @@ def convert(model: torch.nn.Module, tokenizer, output_dir: str, quantization: st
             def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
                 return tokenizer
 
-        InMemory(config_dir).convert(output_dir, quantization=quantization, force=True)
+        real_gc = converter_module.gc
+        converter_module.gc = types.SimpleNamespace(collect=lambda *args, **kwargs: 0)
+        try:
+            InMemory(config_dir).convert(output_dir, quantization=quantization, force=True)
+        finally:
+            converter_module.gc = real_gc
 
 
 class CT2Engine(RolloutEngine):
