@@ -11,7 +11,7 @@ import torch
 from paw_lightning.model import LMConfig
 from paw_lightning.rollout import ct2 as ct2_lib
 from paw_lightning.rollout.ct2 import CT2Engine, assign_calls
-from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids, merged_copy
+from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids, merged_weights
 
 from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
 from test_module import make_module
@@ -71,11 +71,11 @@ def test_conversion_skips_the_converters_collections_and_restores_them(module, t
     collections = []
     monkeypatch.setattr(gc, "collect", lambda *args: collections.append(1) or 0)
     with torch.no_grad():
-        ct2_lib.convert(merged_copy(module.lm), module.tokenizer, str(tmp_path / "copy"), "float32")
+        ct2_lib.convert(merged_weights(None, module.lm), module.tokenizer, str(tmp_path / "copy"), "float32")
     assert collections == [] and converter_module.gc is gc and (tmp_path / "copy" / "model.bin").is_file()
     with pytest.raises(Exception):
         with torch.no_grad():  # no tokenizer: fails after the layers (and their collections) are converted
-            ct2_lib.convert(merged_copy(module.lm), None, str(tmp_path / "bad"), "float32")
+            ct2_lib.convert(merged_weights(None, module.lm), None, str(tmp_path / "bad"), "float32")
     assert converter_module.gc is gc
 
 

@@ -20,7 +20,7 @@ import types
 import numpy as np
 import torch
 
-from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, merged_copy, stopped
+from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, merged_weights, stopped
 
 COMPUTE_TYPES = ("int8", "float32", "int8_float32")
 
@@ -102,7 +102,7 @@ class CT2Engine(RolloutEngine):
         self.directory = self.directory or self.workdir or tempfile.mkdtemp(prefix="paw-ct2-")
         os.makedirs(self.directory, exist_ok=True)
         with torch.no_grad():
-            convert(merged_copy(lm), tokenizer, self.directory, self.compute_type)
+            convert(merged_weights(None, lm), tokenizer, self.directory, self.compute_type)  # a new copy: the converter modifies it
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> CT2Sampler:
         """A sampler with the collector's interface on weights of ``version`` (synced first)."""

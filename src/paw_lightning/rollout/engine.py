@@ -226,17 +226,18 @@ class HFEngine(RolloutEngine):
 
     def sync(self, lm, tokenizer) -> None:
         """Make the merged copy (a plain copy first) and write W + ΔW into it."""
-        if self.merged is None:
-            with torch.no_grad():
-                self.merged = copy.deepcopy(lm).unload().eval()
-        write_merged_weights(self.merged, lm)
+        self.merged = merged_weights(self.merged, lm)
 
 
-def merged_copy(lm) -> torch.nn.Module:
-    """A plain transformers model with the LoRA update merged into the base weights, as a copy
-    (the trained model keeps its adapters)."""
-    with torch.no_grad():
-        return copy.deepcopy(lm).merge_and_unload()
+def merged_weights(merged: torch.nn.Module | None, lm) -> torch.nn.Module:
+    """``merged`` (a plain transformers copy of ``lm``, made on first use: ``None``) with
+    ``lm``'s current W + ΔW written into its adapted layers; the trained model keeps its
+    adapters. Reusing the copy spares a deep copy of the model per update."""
+    if merged is None:
+        with torch.no_grad():
+            merged = copy.deepcopy(lm).unload().eval()
+    write_merged_weights(merged, lm)
+    return merged
 
 
 @torch.no_grad()
