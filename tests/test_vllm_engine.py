@@ -5,6 +5,7 @@ sampled tokens' log-probs), adapter versioning (a new adapter only when the weig
 sleep/wake around each call. The real engine is tested end to end in tests/test_gpu.py."""
 from __future__ import annotations
 
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -74,7 +75,8 @@ def fake_vllm(monkeypatch):
     return vllm
 
 
-def test_requests_results_and_sleep(fake_vllm, tiny_model_dir, tmp_path):
+def test_requests_results_and_sleep(fake_vllm, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     module = make_module(tiny_model_dir)
     tok = module.tokenizer
     engine = VLLMEngine(workdir=str(tmp_path), llm_kwargs={"enforce_eager": True})
@@ -82,6 +84,7 @@ def test_requests_results_and_sleep(fake_vllm, tiny_model_dir, tmp_path):
     llm = engine.llm
     assert llm.kwargs["enable_lora"] and llm.kwargs["enable_sleep_mode"] and llm.kwargs["gpu_memory_utilization"] == 0.3
     assert llm.kwargs["enforce_eager"] is True  # llm_kwargs reach vllm.LLM
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # vLLM's engine core in this process
     action = tok.encode("<action>Up</action>", add_special_tokens=False)
     llm.reply = action + tok.encode(" more", add_special_tokens=False)  # vLLM may return tokens past the stop
     ids = [chat_prompt_ids(tok, "go"), chat_prompt_ids(tok, "a longer prompt")]
