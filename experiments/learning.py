@@ -53,7 +53,7 @@ COLUMNS = [  # (header, metric key, shown in %)
 ]
 DIAGNOSTICS = [  # (header, train metric keys (summed), how to reduce the per-update values of a run)
     ("response-token entropy (nats), first → last update", ["train/policy/entropy"], "first_last"),
-    ("updates with a non-zero advantage %", ["train/policy/advantage_std"], "nonzero_share"),
+    ("updates with a non-zero advantage %", ["train/policy/zero_advantage_fraction"], "nonzero_share"),
     ("clip fraction (mean over updates) %", ["train/policy/clip_frac"], "mean"),
     ("seconds per RL iteration (median)", ["train/perf/rollout_s", "train/perf/scoring_s", "train/perf/update_s"], "median"),
 ]
@@ -145,6 +145,16 @@ def train_series(client, run, keys: list[str]) -> list[float]:
     return [sum(p[e] for p in per_key) for e in epochs]
 
 
+def nonzero_advantage_updates(client, run) -> list[float]:
+    """Per update, 1.0 if any advantage was non-zero (``zero_advantage_fraction`` < 1), else 0.0;
+    for a run older than that metric, from ``advantage_std`` > 0 (which misses an update whose
+    advantages are all equal and non-zero)."""
+    fractions = train_series(client, run, ["train/policy/zero_advantage_fraction"])
+    if fractions:
+        return [float(f < 1.0) for f in fractions]
+    return [float(std > 1e-8) for std in train_series(client, run, ["train/policy/advantage_std"])]
+
+
 def validation_plan(client, run) -> str | None:
     """What the run's validation played, e.g. ``32 held-out tasks × 1 episode, temperature 1.0``,
     from the ``summary.json`` that RunSummary logged (``None`` for a run without one)."""
@@ -160,8 +170,8 @@ def reduce_diagnostic(values: list[float], how: str) -> float | tuple[float, flo
         return None
     if how == "first_last":
         return values[0], values[-1]
-    if how == "nonzero_share":
-        return sum(v > 1e-8 for v in values) / len(values)
+    if how == "nonzero_share":  # values: nonzero_advantage_updates
+        return statistics.mean(values)
     if how == "median":
         return statistics.median(values)
     return statistics.mean(values)
@@ -244,7 +254,8 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     for obj, seed_runs in by_objective.items():
         cells = []
         for _, keys, how in DIAGNOSTICS:
-            values = [reduce_diagnostic(train_series(client, run, keys), how) for run in seed_runs.values()]
+            series_of = nonzero_advantage_updates if how == "nonzero_share" else (lambda client, run: train_series(client, run, keys))
+            values = [reduce_diagnostic(series_of(client, run), how) for run in seed_runs.values()]
             values = [v for v in values if v is not None]
             if how == "first_last":
                 cells.append(f"{cell([v[0] for v in values], False)} → {cell([v[1] for v in values], False)}" if values else "–")

@@ -38,6 +38,8 @@ def store(tmp_path):
             client.log_metric(rid, "val/wm/nll", NLL[objective][epoch], step=epoch)
         for epoch in range(6):
             client.log_metric(rid, "train/policy/advantage_std", 0.0 if epoch % 3 == 0 else 1.0, step=epoch)
+            if objective == "paw":  # a newer run; update 0's advantages are all equal and non-zero (std 0)
+                client.log_metric(rid, "train/policy/zero_advantage_fraction", [0.0, 0.5, 0.25, 1.0, 0.5, 0.5][epoch], step=epoch)
             client.log_metric(rid, "train/episode/success_rate", 0.1 * epoch, step=epoch)
             for phase in ("rollout_s", "scoring_s", "update_s"):
                 client.log_metric(rid, f"train/perf/{phase}", 10.0 + epoch, step=epoch)
@@ -64,7 +66,8 @@ def test_report_table_and_plot(store):
     assert rows["paw − vanilla (paired by seed)"][0] == "+15.0 ± 7.1"  # per seed +10, +20
     assert rows["paw − vanilla (paired by seed)"][3] == "-0.400 ± 0.000"
     # diagnostics: 4 of 6 updates had a non-zero advantage; median of 30+3e per update = 37.5 s
-    assert diag["gigpo + vanilla"][1:] == ["66.7 ± 0.0", "–", "37.5 ± 0.0"]
+    assert diag["gigpo + vanilla"][1:] == ["66.7 ± 0.0", "–", "37.5 ± 0.0"]  # from advantage_std (no zero_advantage_fraction)
+    assert diag["gigpo + paw"][1] == "83.3 ± 0.0"  # zero_advantage_fraction < 1 in 5 of 6 updates, where advantage_std says 4
     assert "validation (32 held-out tasks × 1 episode, temperature 1.0) after 6 updates" in text
     # the rollouts' success 0.0, 0.1, …, 0.5 per update: first 0 %, last three 40 %
     assert "| gigpo + paw | 0.0 ± 0.0 | 40.0 ± 0.0 | +40.0 ± 0.0 | 2 |" in text
