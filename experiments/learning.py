@@ -51,9 +51,9 @@ COLUMNS = [  # (header, metric key, shown in %)
     ("WM NLL", "val/wm/nll", False),
     ("WM exact %", "val/wm/exact_match", True),
 ]
-DIAGNOSTICS = [  # (header, train metric keys (summed), how to reduce the per-update values of a run)
+DIAGNOSTICS = [  # (header, train metric keys (summed) or a per-update series (client, run) -> values, how to reduce a run's values)
     ("response-token entropy (nats), first → last update", ["train/policy/entropy"], "first_last"),
-    ("updates with a non-zero advantage %", ["train/policy/zero_advantage_fraction"], "nonzero_share"),
+    ("updates with a non-zero advantage %", lambda client, run: nonzero_advantage_updates(client, run), "nonzero_share"),
     ("clip fraction (mean over updates) %", ["train/policy/clip_frac"], "mean"),
     ("seconds per RL iteration (median)", ["train/perf/rollout_s", "train/perf/scoring_s", "train/perf/update_s"], "median"),
 ]
@@ -170,8 +170,6 @@ def reduce_diagnostic(values: list[float], how: str) -> float | tuple[float, flo
         return None
     if how == "first_last":
         return values[0], values[-1]
-    if how == "nonzero_share":  # values: nonzero_advantage_updates
-        return statistics.mean(values)
     if how == "median":
         return statistics.median(values)
     return statistics.mean(values)
@@ -254,8 +252,7 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     for obj, seed_runs in by_objective.items():
         cells = []
         for _, keys, how in DIAGNOSTICS:
-            series_of = nonzero_advantage_updates if how == "nonzero_share" else (lambda client, run: train_series(client, run, keys))
-            values = [reduce_diagnostic(series_of(client, run), how) for run in seed_runs.values()]
+            values = [reduce_diagnostic(keys(client, run) if callable(keys) else train_series(client, run, keys), how) for run in seed_runs.values()]
             values = [v for v in values if v is not None]
             if how == "first_last":
                 cells.append(f"{cell([v[0] for v in values], False)} → {cell([v[1] for v in values], False)}" if values else "–")
