@@ -24,9 +24,11 @@ learning overlay's settings: the compact prompt, K = 0, coordinates only, π_old
 sampler (``model.old_logprobs: rollout``). ``main_job``: ``before``: float32 weights and
 π_old recomputed by a scoring forward (the main job when issue 16 was filed); ``float32``:
 π_old from the sampler; ``bfloat16``: also ``model.lm.dtype: auto`` (bfloat16 on a CPU with
-AMX or AVX-512 BF16); ``after``: also rollouts from a merged copy (``HFEngine(merge_lora=True)``):
-the main job now; ``ct2``: rollouts from the CTranslate2 int8 engine instead (2 workers), which
-needs π_old recomputed (``model.old_logprobs: recompute``).
+AMX or AVX-512 BF16), computing in float32 where the LoRA branch is (``trainer.precision:
+32-true``); ``merged``: also rollouts from a merged copy (``HFEngine(merge_lora=True)``);
+``after``: also ``bf16-mixed`` (autocast), which ``dtype: auto`` now picks for a bfloat16
+base: the main job now; ``ct2``: rollouts from the CTranslate2 int8 engine instead (2
+workers), which needs π_old recomputed (``model.old_logprobs: recompute``).
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ SUITES = {
         "variants": {
             "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute", "--model.engine.init_args.merge_lora=false"],
             "float32": ["--model.lm.dtype=float32", "--model.engine.init_args.merge_lora=false"],
-            "bfloat16": ["--model.engine.init_args.merge_lora=false"],
+            "bfloat16": ["--model.engine.init_args.merge_lora=false", "--trainer.precision=32-true"],
+            "merged": ["--trainer.precision=32-true"],
             "after": [],
             "ct2": ["--model.engine=paw_lightning.rollout.ct2.CT2Engine", "--model.old_logprobs=recompute"],
         },

@@ -28,11 +28,12 @@ def test_auto_is_bfloat16_only_where_the_hardware_multiplies_it(monkeypatch):
     assert weights_dtype("float32") == torch.float32 and weights_dtype("bfloat16") == torch.bfloat16
 
 
-def test_bfloat16_base_stays_frozen_while_float32_lora_trains(tiny_model_dir, tmp_path, monkeypatch):
+def test_bfloat16_base_stays_frozen_while_float32_lora_trains_under_bf16_mixed(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(model_lib, "native_bf16", lambda device: True)  # whatever CPU runs the test
     args = tiny_args(tiny_model_dir, tmp_path, "--model.lm.dtype=auto", "--trainer.max_epochs=2")
     cli = PawCLI(args=args, run=False)
+    assert cli.trainer.precision == "bf16-mixed"  # chosen for the bfloat16 base: the LoRA branch computes in bfloat16
     cli.trainer.fit(cli.model, cli.datamodule)
     before = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16"))
     before.configure_model()

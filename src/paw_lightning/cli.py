@@ -34,6 +34,7 @@ from paw_lightning.tracking import EvaluationReport, MLflowSaveConfigCallback, M
 from paw_lightning.training import stop_deadline
 from paw_lightning.training.checkpoint_io import CheckpointWriteError
 from paw_lightning.training.nonfinite import NonFiniteTrainingError
+from paw_lightning.training.precision import auto_precision
 from paw_lightning.training.threads import choose_threads
 
 BASE_CONFIG = Path(__file__).parent / "configs" / "base.yaml"  # the settings every recipe shares
@@ -99,15 +100,19 @@ class PawCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Torch threads (``threads``), the SIGTERM deadline (``stop_deadline_s``,
-        :mod:`paw_lightning.training.stop_deadline`); ``fit --ckpt_path=…``: log into the MLflow
+        :mod:`paw_lightning.training.stop_deadline`), ``bf16-mixed`` for an unset
+        ``trainer.precision`` with a bfloat16 ``dtype: auto`` base (:mod:`paw_lightning.training.precision`); ``fit --ckpt_path=…``: log into the MLflow
         run the checkpoint was written by."""
+        config = self.config[self.subcommand] if self.subcommand is not None else self.config
         if self.subcommand is not None:
-            chosen = choose_threads(self.config[self.subcommand].get("threads"))
+            chosen = choose_threads(config.get("threads"))
             if chosen:
                 print(chosen, file=sys.stderr)
-            stop_deadline.install(self.config[self.subcommand].get("stop_deadline_s"))
+            stop_deadline.install(config.get("stop_deadline_s"))
+        config.trainer.precision, chosen = auto_precision(config.trainer.precision, config.model.lm.dtype, config.trainer.accelerator)
+        if chosen:
+            print(chosen, file=sys.stderr)
         if self.subcommand == "fit":
-            config = self.config["fit"]
             resume_mlflow_run(config.trainer.logger, config.get("ckpt_path"))
 
     def _run_subcommand(self, subcommand: str) -> None:

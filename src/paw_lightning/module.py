@@ -173,15 +173,24 @@ class PaWModule(LightningModule):
         """Tell the rollout engine that the weights changed outside the trainer's steps."""
         self.offline_updates += 1
 
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        """The trainer's compute precision (``trainer.precision``; ``bf16-mixed``: autocast to
+        bfloat16, the LoRA weights staying float32) around a forward outside ``training_step``
+        and ``validation_step``, which Lightning wraps itself: the rollouts and the scoring pass
+        compute as the update does, so π_old is what the first optimizer step's forward gives."""
+        trainer = self._trainer  # None outside a fit (tests, scripts): no precision to apply
+        return trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext()
+
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
         """Sampling mode for rollouts and free-running predictions: the LM in eval mode (no
-        dropout) and, with ``gather_weights_for_generation``, its FSDP2 weights gathered
-        until the block ends; both restored after."""
+        dropout), in the trainer's precision (:meth:`forward_context`) and, with
+        ``gather_weights_for_generation``, its FSDP2 weights gathered until the block ends;
+        all restored after."""
         was_training = self.lm.training
         self.lm.eval()
         try:
-            with gathered_for_generation(self.lm, self.gather_weights_for_generation):
+            with gathered_for_generation(self.lm, self.gather_weights_for_generation), self.forward_context():
                 yield
         finally:
             self.lm.train(was_training)

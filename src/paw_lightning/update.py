@@ -99,6 +99,13 @@ def score(module, buffer: RolloutBuffer) -> None:
         return
     was_training = module.lm.training
     module.lm.eval()
+    with module.forward_context():  # the update's precision: π_old is the first optimizer step's π_θ
+        _score_forwards(module, buffer, needs_reference, policy_forward)
+    module.lm.train(was_training)
+
+
+def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy_forward: bool) -> None:
+    """The forwards of :func:`score`, in chunks of ``module.score_batch_size``."""
     view = buffer.policy_view()  # no world-model segment: π_old, π_ref and entropies are read on actions only
     size = module.score_batch_size
     chunks = [list(range(i, min(i + size, len(buffer)))) for i in range(0, len(buffer), size)]
@@ -133,4 +140,3 @@ def score(module, buffer: RolloutBuffer) -> None:
     if policy_forward:
         buffer.old_logprobs = old
         buffer.action_entropy = {name: torch.cat(parts) if parts else torch.zeros(0) for name, parts in entropy.items()}
-    module.lm.train(was_training)

@@ -161,6 +161,10 @@ class BehaviourCloningWarmup(Callback):
             "warmup": [self.demonstrations, self.epochs, self.lr, self.batch_size, self.seed, self.source, self.reason],
             "world_size": distributed.world_size(),
         }
+        trainer = getattr(pl_module, "_trainer", None)
+        precision = str(trainer.precision) if trainer is not None else "32-true"
+        if precision != "32-true":  # e.g. bf16-mixed trains other weights; absent at 32-true, so older caches still match
+            key["precision"] = precision
         start = getattr(pl_module, "init_weights", None)
         if start is not None:  # the weights it starts from (e.g. an RWML stage's); absent otherwise, so older caches still match
             key["init_weights"] = file_digest(start)
