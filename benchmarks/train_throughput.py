@@ -52,6 +52,7 @@ FLOP/s of a 2048³ matmul in ``--dtype`` with the benchmark's threads (``cpu_mat
     python benchmarks/train_throughput.py --random 1.5b --gradient-checkpointing
     python benchmarks/train_throughput.py --model /path/to/model --dtype bfloat16 --peak-tflops 989
     python benchmarks/train_throughput.py --quantization nf4         # QLoRA base
+    python benchmarks/train_throughput.py --dtype bfloat16 --bf16-mixed   # the main job's update on a CPU with AMX
     python benchmarks/train_throughput.py --batch 2 --prompt-tokens 32 --new-tokens 8 --train-batch 1 --seq-len 64 --reps 1   # smoke test
     python benchmarks/train_throughput.py --threads 1 ...             # busy CPU: 2 threads on 2 shared cores oversubscribe
 """
@@ -96,6 +97,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=1024, help="training sequence length (default: 1024)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--gradient-checkpointing", action="store_true", help="LMConfig.gradient_checkpointing")
+    p.add_argument("--bf16-mixed", action="store_true", help="both phases under bfloat16 autocast, as trainer.precision bf16-mixed runs them (the main job's)")
     p.add_argument("--quantization", choices=["nf4"], help="LMConfig.quantization: 4-bit QLoRA base (needs bitsandbytes; not with --random)")
     p.add_argument("--json", help="also write the figures to this JSON file (benchmarks/qlora_memory.py reads it)")
     p.add_argument("--reps", type=int, default=3, help="timed iterations per phase after one warm-up (default: 3)")
@@ -226,7 +228,8 @@ def rollout_step(model, tokenizer, args, device):
     def step(i: int) -> torch.Tensor:
         torch.manual_seed(i)
         # synced_gpus: under FSDP2 (benchmarks/fsdp_generation.py) every rank runs every forward
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config, synced_gpus=torch.distributed.is_initialized())
+        with torch.autocast(device.type, torch.bfloat16, enabled=args.bf16_mixed):
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config, synced_gpus=torch.distributed.is_initialized())
         assert out.shape[1] == args.prompt_tokens + args.new_tokens, out.shape
         return out
 
@@ -238,7 +241,8 @@ def train_step(model, args, device):
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
     def step(i: int) -> None:
-        logits = model(input_ids=ids, use_cache=False).logits
+        with torch.autocast(device.type, torch.bfloat16, enabled=args.bf16_mixed):
+            logits = model(input_ids=ids, use_cache=False).logits
         logp = logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None])
         (-logp.mean()).backward()
         optimizer.step()
@@ -291,7 +295,7 @@ def main() -> None:
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads, {machine_load()})"
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"device: {device_name}; torch {torch.__version__}; peak: {peak[1]}")
-    print(f"model: {label}, {args.dtype}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}, loaded in {time.perf_counter() - start:.1f} s; "
+    print(f"model: {label}, {args.dtype}{' under bf16 autocast' if args.bf16_mixed else ''}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}, loaded in {time.perf_counter() - start:.1f} s; "
           f"N = {sizes['n'] / 1e6:.1f} M linear weights (LM head {sizes['head'] / 1e6:.1f} M), LoRA {sizes['lora'] / 1e6:.2f} M, "
           f"{sizes['layers']} layers, d_attn {sizes['d_attn']}")
 
