@@ -12,8 +12,8 @@ from test_module import make_module
 from test_rollout_logprobs import sampled_buffer
 
 from paw_lightning import model as model_lib
-from paw_lightning.update import score
 from paw_lightning.training.precision import auto_precision, run_device
+from paw_lightning.update import score
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -99,9 +99,11 @@ def score(module, buffer: RolloutBuffer) -> None:
         return
     was_training = module.lm.training
     module.lm.eval()
-    with module.forward_context():  # the update's precision: π_old is the first optimizer step's π_θ
-        _score_forwards(module, buffer, needs_reference, policy_forward)
-    module.lm.train(was_training)
+    try:
+        with module.forward_context():  # the update's precision: π_old is the first optimizer step's π_θ
+            _score_forwards(module, buffer, needs_reference, policy_forward)
+    finally:
+        module.lm.train(was_training)
 
 
 def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy_forward: bool) -> None:

@@ -1,11 +1,11 @@
 """The trainer's precision when ``model.lm.dtype: auto`` chose a bfloat16 base.
 
-``dtype: auto`` loads the frozen base in bfloat16 where the hardware multiplies bfloat16 in
-hardware (:func:`paw_lightning.model.native_bf16`), else in float32. With such a base and
+``dtype: auto`` loads the frozen base in bfloat16 where the hardware multiplies bfloat16
+natively (:func:`paw_lightning.model.native_bf16`), else in float32. With such a base and
 ``trainer.precision`` left unset, the run computes in ``bf16-mixed``: forwards under bfloat16
 autocast, so the LoRA branch multiplies in bfloat16 instead of casting every activation to
 float32 and back, while the LoRA weights and Adam's state stay float32. Measured on the main
-job (2-core CPU with AMX): the update 1.23× faster, the iteration 0.87× the time
+job (2-core CPU with AVX-512 BF16): the update 1.17× faster, the iteration 0.88× the time
 (docs/scaling.md). A precision set in the config or on the command line is kept.
 """
 from __future__ import annotations
