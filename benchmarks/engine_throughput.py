@@ -15,6 +15,10 @@ copy's conversion time (``sync``), and the engine/trainer gap ``engine_kl`` = me
     python benchmarks/engine_throughput.py --config configs/frozenlake.yaml --reps 5
     python benchmarks/engine_throughput.py --device cuda --engines hf,"hf merged",vllm   # a CUDA GPU with vLLM
 
+The torch engines generate in the run's precision (``--precision config``: ``bf16-mixed`` for
+a bfloat16 ``dtype: auto`` base, as ``fit`` chooses; autocast, as ``PaWModule.forward_context``),
+and π_θ of ``engine_kl`` is computed in it too.
+
 ``vllm``: ``VLLMEngine`` without sleep mode (one adapter push, timed as its ``sync``), extra
 ``vllm.LLM`` arguments as JSON in ``--vllm-kwargs``.
 """
@@ -43,6 +47,7 @@ from paw_lightning.rollout.ct2 import CT2Engine
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, chat_prompt_ids
 from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 from paw_lightning.rollout.vllm_engine import VLLMEngine
+from paw_lightning.training.precision import auto_precision
 
 CPU_ENGINES = "hf,hf merged,ct2 int8,ct2 int8 1w,ct2 float32"
 
@@ -58,10 +63,11 @@ def first_prompts(data: dict, n: int) -> list[str]:
     return prompts
 
 
-def engine_gap(lm, generations) -> float:
-    """Mean |log π_engine − log π_θ| over the sampled tokens (π_θ: a forward of the trained model)."""
+def engine_gap(lm, generations, forward_context) -> float:
+    """Mean |log π_engine − log π_θ| over the sampled tokens (π_θ: a forward of the trained model
+    in the run's precision, as the scoring pass computes it)."""
     gaps = []
-    with torch.no_grad():
+    with torch.no_grad(), forward_context():
         for g in generations:
             ids = torch.tensor([g.prompt_ids + g.response_ids], device=lm.device)
             read = torch.zeros_like(ids, dtype=torch.bool)
@@ -80,6 +86,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch and CTranslate2 threads (default: torch's choice)")
     parser.add_argument("--engines", default=CPU_ENGINES, help=f"comma-separated, hf first (default: {CPU_ENGINES}; also: vllm)")
     parser.add_argument("--device", default="cpu", help="where the trained model lives (cpu, cuda)")
+    parser.add_argument("--precision", choices=["config", "32-true", "bf16-mixed"], default="config",
+                        help="the torch engines' precision (default: the config's run's: bf16-mixed for a bfloat16 dtype: auto base)")
     parser.add_argument("--vllm-kwargs", default="{}", help='vllm.LLM arguments as JSON, e.g. \'{"enforce_eager": true}\'')
     args = parser.parse_args()
     names = [n.strip() for n in args.engines.split(",")]
@@ -94,6 +102,10 @@ def main() -> None:
     tokenizer, lm = load_tokenizer(lm_config), load_model(lm_config)
     lm.to(args.device).eval()
     prompts = first_prompts(data, batch * args.calls)
+    precision = args.precision if args.precision != "config" else auto_precision(config["trainer"].get("precision"), lm_config.dtype, args.device)[0] or "32-true"
+
+    def forward_context():  # as PaWModule.forward_context() in the run: autocast under bf16-mixed
+        return torch.autocast(torch.device(args.device).type, torch.bfloat16, enabled=precision == "bf16-mixed")
     threads = torch.get_num_threads()
 
     # a sampler per rep and engine (a CTranslate2 sampler seeds its stream at its first call)
@@ -114,7 +126,7 @@ def main() -> None:
         samplers[name] = lambda engine=engine: engine.sampler(lm, tokenizer, budget, True, version=0)
     print(f"{Path(args.config).name}: {data['env']}, batch {batch}, budget {budget} tokens, temperature {temperature}, "
           f"{len(prompts)} prompts of {statistics.mean(len(chat_prompt_ids(tokenizer, p)) for p in prompts):.0f} tokens; "
-          f"{threads} threads; at start: {machine_load()}\n")
+          f"{threads} threads, {precision}; at start: {machine_load()}\n")
 
     rates = {name: [] for name in samplers}
     tokens = {name: 0 for name in samplers}
@@ -124,8 +136,9 @@ def main() -> None:
         for name, make in samplers.items():
             sampler = make()
             start, out = time.perf_counter(), []
-            for k in range(args.calls):
-                out += sampler.generate(prompts[k * batch : (k + 1) * batch], temperature, seed=1000 * rep + k)
+            with forward_context():
+                for k in range(args.calls):
+                    out += sampler.generate(prompts[k * batch : (k + 1) * batch], temperature, seed=1000 * rep + k)
             elapsed = time.perf_counter() - start
             if rep == 0:
                 continue
@@ -140,7 +153,7 @@ def main() -> None:
         ratio = statistics.median(a / b for a, b in zip(rates[name], rates["hf"]))
         per_rep = "/".join(f"{r:.1f}" for r in rates[name])
         mean_len = tokens[name] / max(len(generations[name]), 1)
-        print(f"{name:<12} {tokens[name] / seconds[name]:>7.1f} {per_rep:>22} {ratio:>12.2f}× {mean_len:>8.1f} {sync[name]:>7.1f} {engine_gap(lm, generations[name]):>9.2e}")
+        print(f"{name:<12} {tokens[name] / seconds[name]:>7.1f} {per_rep:>22} {ratio:>12.2f}× {mean_len:>8.1f} {sync[name]:>7.1f} {engine_gap(lm, generations[name], forward_context):>9.2e}")
     print("\ntok/s: response tokens / generate wall time over the counted reps; × hf: median of the per-rep ratios;"
           "\nsync: make the merged copy (ct2: also convert and write it; per update in training); engine_kl: mean |log π_engine − log π_θ|.")
     sys.stdout.flush()
