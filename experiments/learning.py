@@ -51,9 +51,9 @@ COLUMNS = [  # (header, metric key, shown in %)
     ("WM NLL", "val/wm/nll", False),
     ("WM exact %", "val/wm/exact_match", True),
 ]
-DIAGNOSTICS = [  # (header, train metric keys (summed) or a per-update series (client, run) -> values, how to reduce a run's values)
+DIAGNOSTICS = [  # (header, ending in % if shown in %; train metric keys (summed) or a per-update series (client, run) -> values; how to reduce a run's values)
     ("response-token entropy (nats), first → last update", ["train/policy/entropy"], "first_last"),
-    ("updates with a non-zero advantage %", lambda client, run: nonzero_advantage_updates(client, run), "nonzero_share"),
+    ("updates with a non-zero advantage %", lambda client, run: nonzero_advantage_updates(client, run), "mean"),  # 0/1 per update: the mean is the share
     ("clip fraction (mean over updates) %", ["train/policy/clip_frac"], "mean"),
     ("seconds per RL iteration (median)", ["train/perf/rollout_s", "train/perf/scoring_s", "train/perf/update_s"], "median"),
 ]
@@ -251,13 +251,13 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
             "| | " + " | ".join(h for h, _, _ in DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
     for obj, seed_runs in by_objective.items():
         cells = []
-        for _, keys, how in DIAGNOSTICS:
+        for header, keys, how in DIAGNOSTICS:
             values = [reduce_diagnostic(keys(client, run) if callable(keys) else train_series(client, run, keys), how) for run in seed_runs.values()]
             values = [v for v in values if v is not None]
             if how == "first_last":
                 cells.append(f"{cell([v[0] for v in values], False)} → {cell([v[1] for v in values], False)}" if values else "–")
             else:
-                cells.append(cell(values, how == "nonzero_share" or "clip" in keys[0], digits=1 if how == "median" else None))
+                cells.append(cell(values, header.endswith("%"), digits=1 if how == "median" else None))
         diag.append(f"| {obj} | " + " | ".join(cells) + " |")
     plans = sorted({validation_plan(client, run) for seed_runs in by_objective.values() for run in seed_runs.values()} - {None})
     plan = f" ({'; '.join(plans)})" if plans else ""
