@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +133,7 @@ class RolloutDataModule(LightningDataModule):
         self.episode_metrics: dict[str, dict[str, float]] = {}
         self.update_metrics: dict[str, float] = {}  # the current update's diagnostics (advantages, selection)
         self.eval_rollouts: dict[str, RolloutBuffer] = {}  # the latest validation / test samples
+        self.eval_started: float | None = None  # perf_counter() when the latest evaluation began playing (the progress lines' clock)
         self.signal_watch = LearningSignalWatch()  # warns after updates in a row with every advantage 0
 
     @property
@@ -215,6 +217,7 @@ class RolloutDataModule(LightningDataModule):
     def play_eval(self, split: str, groups: int) -> RolloutBuffer:
         """Play this rank's share of the held-out tasks with the current policy; sets
         ``episode_metrics[split]`` (with pass@k) and ``eval_rollouts[split]``."""
+        self.eval_started = time.perf_counter()
         module = self.trainer.lightning_module
         tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
         trajectories = self._collect(module, "eval", tasks, self.evaluation.group_size, self.evaluation.temperature, derive_seed(self.seed, split, distributed.rank()), split)

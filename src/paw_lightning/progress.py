@@ -63,7 +63,8 @@ class PlainProgressBar(ProgressBar):
     (epochs counted from 0, as the MLflow steps and evaluation reports count them; the
     ``val`` part only when the epoch validated; the time is the epoch's wall time: rollout,
     update and its validation), and one line per validation outside an epoch (the validation
-    before the first update, one after the last, ``validate``) or test::
+    before the first update, one after the last, ``validate``) or test, its time counting its
+    held-out episodes (and the epoch's line then not)::
 
         validation before the first update · val success 0.00 · return -0.20 · invalid 1.00 · 3.2 s
 
@@ -144,10 +145,22 @@ class PlainProgressBar(ProgressBar):
 
     on_validation_start = on_test_start = _eval_start_hook
 
+    def _eval_seconds(self, trainer) -> float:
+        """An evaluation's wall time, its episodes included. Lightning fetches the first batch,
+        and so plays the held-out episodes (``_EvalEpisodes``), before ``on_validation_start``;
+        the clock therefore starts at the data module's ``eval_started`` when that came first
+        (read once: the next evaluation sets it again)."""
+        start = self._eval_start
+        datamodule = getattr(trainer, "datamodule", None)
+        played = getattr(datamodule, "eval_started", None)
+        if played is not None:
+            start, datamodule.eval_started = min(start, played), None
+        return time.perf_counter() - start
+
     def on_validation_end(self, trainer, pl_module) -> None:
+        seconds = self._eval_seconds(trainer)
         if trainer.sanity_checking:
             return
-        seconds = time.perf_counter() - self._eval_start
         if self._in_epoch:  # part of the epoch's line
             self._epoch_val = self._eval_parts(trainer, "val")[:2] if self._enabled else None
             return
@@ -161,4 +174,4 @@ class PlainProgressBar(ProgressBar):
         self._line(label, *self._eval_parts(trainer, "val"), f"{seconds:.1f} s")
 
     def on_test_end(self, trainer, pl_module) -> None:
-        self._line("test", *self._eval_parts(trainer, "test"), f"{time.perf_counter() - self._eval_start:.1f} s")
+        self._line("test", *self._eval_parts(trainer, "test"), f"{self._eval_seconds(trainer):.1f} s")
