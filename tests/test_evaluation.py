@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 from math import comb
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from paw_lightning.cli import main
+from paw_lightning.data import RolloutDataModule, _EvalEpisodes
 from paw_lightning.metrics import pass_at_k, pass_at_k_metrics
 from paw_lightning.rollout.collector import Trajectory
 
@@ -106,3 +109,27 @@ def test_base_model_validate_and_same_checkpoint_same_results(tiny_model_dir, tm
     assert report["metrics"]["test/episode/pass_at_2"] == tested.data.metrics["test/episode/pass_at_2"]
     artifacts = {a.path for a in client.list_artifacts(tested.info.run_id, "eval")} | {a.path for a in client.list_artifacts(tested.info.run_id, "trajectories")}
     assert artifacts == {"eval/test_epoch0.json", "trajectories/test_epoch0.json"}
+
+
+def test_evaluation_batches_group_samples_by_length():
+    """The held-out samples go into batches by length: each batch is right-padded to its
+    longest sample, so grouping similar lengths pads least (the metrics are token sums, so the
+    grouping changes none of them); every sample is in exactly one batch."""
+    lengths = [900, 400, 700, 410, 950, 690, 420, 880]
+
+    class Buffer:
+        input_ids = [torch.zeros(n) for n in lengths]
+
+        def __len__(self):
+            return len(self.input_ids)
+
+        def collate(self, indices):
+            return list(indices)
+
+    buffer = Buffer()
+    datamodule = SimpleNamespace(play_eval=lambda split, groups: buffer, _split=RolloutDataModule._split, evaluation=SimpleNamespace(batch_size=3))
+    batches = list(_EvalEpisodes(datamodule, "val", 1))
+    assert [[lengths[i] for i in batch] for batch in batches] == [[400, 410, 420], [690, 700, 880], [900, 950]]
+    padded = sum(len(batch) * max(lengths[i] for i in batch) for batch in batches)
+    in_play_order = sum(len(c) * max(lengths[i] for i in c) for c in RolloutDataModule._split(list(range(8)), 3))
+    assert (padded, in_play_order) == (3 * 420 + 3 * 880 + 2 * 950, 3 * 900 + 3 * 950 + 2 * 880)
