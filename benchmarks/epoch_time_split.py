@@ -18,6 +18,19 @@ process, the methods that do the work:
 - other:          wall time of ``trainer.fit`` minus all of the above (trainer set-up,
                   MLflow logging, env pool, teardown)
 
+The optimisation's share of the compute limit, for the real update (the issue's "update
+tokens/s ÷ limit" at the run's own shapes, not train_throughput.py's synthetic step): model
+FLOPs of every micro-batch the trainer runs (``micro_batches`` under ``micro_batch_tokens``),
+over real tokens only (padding excluded): per row of ℓ tokens, 4(N − N_head)·ℓ for the frozen
+linear layers (forward 2, input gradient 2: LoRA computes no base weight gradient), 4·N_head
+per position whose logits the trainer computes (``read_log_softmax`` keeps them from the
+micro-batch's shortest prompt on), and 3·2·n_layers·ℓ²·d_attn for causal attention (forward
+once, backward twice); the 6N convention (6 instead of 4) is printed alongside. Divided by
+the optimisation's seconds (forward, backward, clip + optimizer) and by this CPU's measured
+limit, a 2048³ matmul in the dtype the matmuls run in (bfloat16 under ``bf16-mixed`` or with a
+bfloat16 base, else float32; ``train_throughput.cpu_matmul_flops``). Activation
+checkpointing's recomputation is not counted (model FLOPs, not hardware FLOPs).
+
     python benchmarks/epoch_time_split.py
     python benchmarks/epoch_time_split.py --data.rollout.max_steps=2     # extra args go to the CLI
     python benchmarks/epoch_time_split.py --keep-checkpoint      # also time ModelCheckpoint
@@ -56,10 +69,13 @@ from paw_lightning.data import RolloutDataModule
 from paw_lightning.module import PaWModule
 from paw_lightning.rollout.collector import Collector
 from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.training.microbatch import micro_batches
+from train_throughput import cpu_matmul_flops, model_sizes
 
 T0 = time.perf_counter()
 SECONDS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
+FLOPS: dict[str, float] = defaultdict(float)  # the optimisation's model FLOPs, "4N" (LoRA) and "6N"
 
 
 def parse_args() -> tuple[argparse.Namespace, list[str]]:
@@ -123,6 +139,8 @@ class OptimisationTimer(Callback):
         ids = batch["input_ids"]
         CALLS["optim positions"] += ids.numel()  # what the forward computes, padding included
         CALLS["optim tokens"] += int(batch["attention_mask"].sum())
+        for key, value in update_flops(batch, pl_module.micro_batch_tokens, model_sizes(pl_module.lm)).items():
+            FLOPS[key] += value
         self.mark = time.perf_counter()
 
     def _lap(self, key: str) -> None:
@@ -140,6 +158,33 @@ class OptimisationTimer(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._lap("optimizer")
         progress(f"optimizer step {trainer.global_step}: {len(batch['input_ids'])} samples × {batch['input_ids'].shape[1]} tokens")
+
+
+def update_flops(batch: dict, micro_batch_tokens: int | None, sizes: dict) -> dict[str, float]:
+    """Model FLOPs of one optimizer step over its micro-batches (the module docstring's count):
+    ``{"4N": LoRA's, "6N": the 6N convention's}``."""
+    flops = {"4N": 0.0, "6N": 0.0}
+    for micro in micro_batches(batch, micro_batch_tokens):
+        keep_from = int(micro["keep_from"])
+        for length in micro["attention_mask"].sum(dim=-1).tolist():
+            head_positions = max(length - keep_from + 1, 0)
+            attention = 3 * 2 * sizes["layers"] * length**2 * sizes["d_attn"]
+            for key, per_weight in (("4N", 4), ("6N", 6)):
+                flops[key] += per_weight * ((sizes["n"] - sizes["head"]) * length + sizes["head"] * head_positions) + attention
+    return flops
+
+
+def update_limit_share(model, trainer, optim_seconds: float) -> str:
+    """The optimisation's model FLOP/s against this CPU's matmul limit in the matmuls' dtype."""
+    if not FLOPS["4N"] or optim_seconds <= 0:
+        return ""
+    bf16 = "bf16" in str(trainer.precision) or next(model.lm.parameters()).dtype == torch.bfloat16
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    limit = cpu_matmul_flops(dtype)
+    rate = FLOPS["4N"] / optim_seconds
+    return (f"update vs the compute limit: {rate / 1e9:.1f} GFLOP/s of model FLOPs (4N + 3A, real tokens) = {100 * rate / limit:.1f}% of "
+            f"{limit / 1e12:.3f} TFLOP/s (2048³ {str(dtype).removeprefix('torch.')} matmul, {torch.get_num_threads()} threads); "
+            f"at 6N + 3A {100 * FLOPS['6N'] / optim_seconds / limit:.1f}%")
 
 
 def cli_args(args: argparse.Namespace, extra: list[str], workdir: Path) -> list[str]:
@@ -252,6 +297,9 @@ def report(args, cli, fit_s: float, build_s: float, load_at_start: str, interrup
         print(f"{name:<{width}} {seconds:>8.1f} {100 * seconds / fit_s:>5.1f}%  {note}")
     print("-" * (width + 16))
     print(f"{'total (trainer.fit wall time)':<{width}} {fit_s:>8.1f} {100.0:>5.1f}%")
+    share = update_limit_share(model, trainer, optim) if not interrupted else ""
+    if share:
+        print(f"\n{share}")
     print(f"\n(before fit: building the CLI — parser, tokenizer, env factory — took {build_s:.1f} s)")
     print(f"machine: {load_at_start} at start, {machine_load()} at end; peak RSS of this process {peak_rss_gb():.1f} GB")
 
