@@ -87,6 +87,7 @@ def test_requests_results_and_sleep(fake_vllm, tiny_model_dir, tmp_path, monkeyp
     sampler = engine.sampler(module.lm, tok, 16, True, version=0)
     llm = engine.llm
     assert llm.kwargs["enable_lora"] and llm.kwargs["enable_sleep_mode"] and llm.kwargs["gpu_memory_utilization"] == 0.3
+    assert module.lm.peft_config["default"].r == 16 and llm.kwargs["max_lora_rank"] == 16  # vLLM reserves the adapter's rank, no more
     assert llm.kwargs["enforce_eager"] is True  # llm_kwargs reach vllm.LLM
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # vLLM's engine core in this process
     action = tok.encode("<action>Up</action>", add_special_tokens=False)
@@ -123,7 +124,18 @@ def test_a_new_adapter_only_when_the_weights_moved(fake_vllm, tiny_model_dir, tm
     assert all(torch.equal(saved[1][k], saved[0][k] + 1.0) for k in saved[0] if "lora_B" in k)  # the pushed adapter is the current one
 
 
+def test_vllm_reserves_the_smallest_rank_that_holds_the_adapter():
+    assert [vllm_lib.fitting_lora_rank(r) for r in (1, 2, 8, 9, 16, 17, 64, 65, 300, 512)] == [1, 8, 8, 16, 16, 32, 64, 128, 320, 512]
+    with pytest.raises(ValueError, match="largest LoRA rank 512"):
+        vllm_lib.fitting_lora_rank(513)
+
+
 def test_refusals_name_the_fix(fake_vllm):
+    with pytest.raises(ValueError, match="max_lora_rank must be one of vLLM's 1, 8, 16"):
+        VLLMEngine(max_lora_rank=24)
+    fake_vllm.platforms.current_platform.is_cpu = lambda: True  # past the CUDA check on any machine
+    with pytest.raises(ValueError, match="lora_r 32 exceeds model.engine max_lora_rank 16"):
+        VLLMEngine(max_lora_rank=16, sleep=False).check(LMConfig(lora_r=32), world_size=1)
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         VLLMEngine(gpu_memory_utilization=1.5)
     with pytest.raises(ValueError, match=r"llm_kwargs \['dtype'\].*directly"):

@@ -30,6 +30,19 @@ def _vllm():
     return vllm, TokensPrompt, LoRARequest
 
 
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts (vllm.config.lora.MaxLoRARanks)
+
+
+def fitting_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM reserves for that holds ``rank``: vLLM pads every adapter to
+    ``max_lora_rank``, and its LoRA matmuls cost in proportion (on vLLM's CPU build, 64 for a
+    rank-16 adapter generated 4× slower than 16)."""
+    fitting = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fitting:
+        raise ValueError(f"model.lm.lora_r {rank} exceeds vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+    return fitting[0]
+
+
 def _platform():
     """vLLM's platform of this machine (``is_cpu()``, ``is_sleep_mode_available()``)."""
     from vllm.platforms import current_platform
@@ -45,7 +58,9 @@ class VLLMEngine(RolloutEngine):
             rest is the trainer's.
         sleep: free vLLM's GPU memory between rollouts (``LLM.sleep`` / ``wake_up``); default
             (``null``): where vLLM's platform has a sleep mode (CUDA, ROCm), not on its CPU build.
-        max_lora_rank: the largest LoRA rank vLLM reserves for (≥ ``model.lm.lora_r``).
+        max_lora_rank: the LoRA rank vLLM reserves for (one of 1, 8, 16, 32, 64, 128, 256, 320,
+            512; ≥ ``model.lm.lora_r``); default (``null``): the smallest that holds the
+            adapter's rank (:func:`fitting_lora_rank`).
         dtype: vLLM's weight dtype (``auto``: the model's).
         workdir: where the pushed adapters are written (default: a temporary directory).
         tis_cap: C of the truncated importance weight min(π_old / π_engine, C); ``null``: none.
@@ -55,12 +70,14 @@ class VLLMEngine(RolloutEngine):
 
     off_policy = True
 
-    def __init__(self, gpu_memory_utilization: float = 0.3, sleep: bool | None = None, max_lora_rank: int = 64, dtype: str = "auto",
+    def __init__(self, gpu_memory_utilization: float = 0.3, sleep: bool | None = None, max_lora_rank: int | None = None, dtype: str = "auto",
                  workdir: str | None = None, tis_cap: float | None = 2.0, llm_kwargs: dict | None = None):
         if not 0 < gpu_memory_utilization < 1:
             raise ValueError(f"model.engine gpu_memory_utilization must be in (0, 1) (got {gpu_memory_utilization})")
         if tis_cap is not None and tis_cap < 1:
             raise ValueError(f"model.engine tis_cap must be at least 1 or null (got {tis_cap})")
+        if max_lora_rank is not None and max_lora_rank not in VLLM_LORA_RANKS:
+            raise ValueError(f"model.engine max_lora_rank must be one of vLLM's {', '.join(map(str, VLLM_LORA_RANKS))} or null (got {max_lora_rank})")
         self.gpu_memory_utilization, self.sleep, self.max_lora_rank, self.dtype = gpu_memory_utilization, sleep, max_lora_rank, dtype
         self.workdir, self.tis_cap = workdir, tis_cap
         self.llm_kwargs = dict(llm_kwargs or {})
@@ -84,11 +101,12 @@ class VLLMEngine(RolloutEngine):
             raise ValueError("model.engine sleep: vLLM has no sleep mode on this platform (its CPU build): add --model.engine.init_args.sleep=false")
         if lm_config.quantization:
             raise ValueError("model.engine VLLMEngine needs an unquantized base model (model.lm.quantization: null)")
-        if lm_config.lora_r > self.max_lora_rank:
+        if lm_config.lora_r > (self.max_lora_rank or fitting_lora_rank(lm_config.lora_r)):
             raise ValueError(f"model.lm.lora_r {lm_config.lora_r} exceeds model.engine max_lora_rank {self.max_lora_rank}")
 
-    def start(self, base: str) -> None:
-        """Create the colocated ``vllm.LLM`` on ``base`` (called once, at the first rollout).
+    def start(self, base: str, lora_rank: int) -> None:
+        """Create the colocated ``vllm.LLM`` on ``base`` for adapters of rank ``lora_rank``
+        (called once, at the first rollout).
 
         On a GPU vLLM's engine core runs in this process, not a child: CUDA is already
         initialised here (the trainer's weights), and sleep/wake then frees memory of this very
@@ -101,6 +119,8 @@ class VLLMEngine(RolloutEngine):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if platform.is_cpu() else "0")
         if self.sleep is None:
             self.sleep = platform.is_sleep_mode_available()
+        if self.max_lora_rank is None:
+            self.max_lora_rank = fitting_lora_rank(lora_rank)
         self.llm = vllm.LLM(model=base, enable_lora=True, max_lora_rank=self.max_lora_rank, gpu_memory_utilization=self.gpu_memory_utilization,
                             enable_sleep_mode=self.sleep, dtype=self.dtype, **self.llm_kwargs)
 
@@ -116,7 +136,8 @@ class VLLMEngine(RolloutEngine):
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> VLLMSampler:
         if self.llm is None:
-            self.start(lm.peft_config["default"].base_model_name_or_path)
+            adapter = lm.peft_config["default"]
+            self.start(adapter.base_model_name_or_path, max([adapter.r, *(adapter.rank_pattern or {}).values()]))
         self.refresh(lm, tokenizer, version)
         return VLLMSampler(self, tokenizer, max_new_tokens, token_stats)
 
