@@ -136,6 +136,8 @@ def test_refusals_name_the_fix(fake_vllm):
     fake_vllm.platforms.current_platform.is_cpu = lambda: True  # past the CUDA check on any machine
     with pytest.raises(ValueError, match="lora_r 32 exceeds model.engine max_lora_rank 16"):
         VLLMEngine(max_lora_rank=16, sleep=False).check(LMConfig(lora_r=32), world_size=1)
+    with pytest.raises(ValueError, match="lora_r 1024 exceeds vLLM's largest LoRA rank 512"):
+        VLLMEngine(sleep=False).check(LMConfig(lora_r=1024), world_size=1)
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         VLLMEngine(gpu_memory_utilization=1.5)
     with pytest.raises(ValueError, match=r"llm_kwargs \['dtype'\].*directly"):

@@ -101,7 +101,9 @@ class VLLMEngine(RolloutEngine):
             raise ValueError("model.engine sleep: vLLM has no sleep mode on this platform (its CPU build): add --model.engine.init_args.sleep=false")
         if lm_config.quantization:
             raise ValueError("model.engine VLLMEngine needs an unquantized base model (model.lm.quantization: null)")
-        if lm_config.lora_r > (self.max_lora_rank or fitting_lora_rank(lm_config.lora_r)):
+        if self.max_lora_rank is None:
+            fitting_lora_rank(lm_config.lora_r)  # refuses a rank above vLLM's largest
+        elif lm_config.lora_r > self.max_lora_rank:
             raise ValueError(f"model.lm.lora_r {lm_config.lora_r} exceeds model.engine max_lora_rank {self.max_lora_rank}")
 
     def start(self, base: str, lora_rank: int) -> None:
