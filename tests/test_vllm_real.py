@@ -13,7 +13,7 @@ from paw_lightning.rollout.engine import chat_prompt_ids
 from paw_lightning.rollout.vllm_engine import VLLMEngine
 from paw_lightning.testing import build_tiny_model_dir
 
-from helpers import metric_history, mlflow_runs, tiny_args
+from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
 
 vllm = pytest.importorskip("vllm")
 
@@ -39,34 +39,30 @@ def test_pushed_adapters_sample_the_trainers_policy(vllm_model_dir, tmp_path):
     config = LMConfig(name_or_path=str(vllm_model_dir))
     lm, tok = load_model(config), load_tokenizer(config)
     lm.eval()
-    engine = VLLMEngine(workdir=str(tmp_path), dtype="float32", sleep=False if not torch.cuda.is_available() else None, llm_kwargs={"enforce_eager": True})
+    engine = VLLMEngine(workdir=str(tmp_path), dtype="float32", llm_kwargs={"enforce_eager": True})  # sleep: the platform's
     engine.check(config, world_size=1)
     prompts = [chat_prompt_ids(tok, "go left"), chat_prompt_ids(tok, "a longer prompt, then act")]
-    sampled = {}
-    for version in (0, 1):
-        if version == 1:
-            torch.manual_seed(0)
-            with torch.no_grad():
-                for name, p in lm.named_parameters():
-                    if "lora_B" in name:
-                        p.add_(torch.randn_like(p) * 0.5)
+
+    def sample_as_the_trainer_scores(version: int) -> list[list[int]]:
         stats: list = []
         rows = engine.sampler(lm, tok, 12, True, version=version).generate_ids(prompts, 1.0, seed=3, stop=None, token_stats=stats)
         assert engine.pushes == version + 1 and all(len(r) > 0 for r in rows)
         for prompt, row, (logprobs, _) in zip(prompts, rows, stats):
             assert len(logprobs) == len(row)
             assert torch.allclose(torch.tensor(logprobs), trainer_logprobs(lm, prompt, row), atol=1e-3)
-        sampled[version] = rows
-    assert sampled[0] != sampled[1]  # same seeds, another adapter: another policy
+        return rows
+
+    before = sample_as_the_trainer_scores(0)
+    with redrawn_lora(lm):  # an update
+        assert sample_as_the_trainer_scores(1) != before  # same seeds, another adapter: another policy
 
 
 def test_fit_with_the_vllm_engine(vllm_model_dir, tmp_path, monkeypatch):
     """Two epochs of FrozenLake with every rollout from vLLM in float32 (``dtype: auto`` may pick
     bfloat16): the engine/trainer gap is logged and only the kernels' rounding."""
     monkeypatch.chdir(tmp_path)
-    sleep = [] if torch.cuda.is_available() else ["--model.engine.init_args.sleep=false"]
     main(["fit", *tiny_args(vllm_model_dir, tmp_path, "--model.engine=paw_lightning.rollout.vllm_engine.VLLMEngine",
-                            "--model.engine.init_args.dtype=float32", '--model.engine.init_args.llm_kwargs={"enforce_eager": true}', *sleep)])
+                            "--model.engine.init_args.dtype=float32", '--model.engine.init_args.llm_kwargs={"enforce_eager": true}')])
     client, (run,) = mlflow_runs(tmp_path)
     assert len(metric_history(client, run, "train/loss")) == 2
     assert 0 < max(metric_history(client, run, "train/rollout/engine_kl")) < 1e-3
