@@ -1,30 +1,44 @@
 """Cost of PaW's world-model term: one update with PaW vs the same update without it.
 
-Both variants train on the *same* rollout (collected once with the config's settings):
+The module, data settings and trainer precision are the config's own, built as ``fit``
+builds them (``PawCLI(run=False)``: model dtype, ``trainer.precision``, rollout engine,
+``model.old_logprobs``, advantage estimator, KL coefficient, ``micro_batch_tokens``,
+``max_grad_norm``, optimizer). Both variants train on the *same* rollout, collected once
+with the config's engine and settings:
 
-- ``vanilla``: samples ``[prompt][response]``, policy loss only;
-- ``paw``:     samples ``[prompt][response][next observation]``, policy loss + clipped MAE
-               on the top-α entropy transitions, reward-adaptive λ.
+- ``vanilla``: samples ``[prompt][response]``, policy loss only (``configs/objectives/vanilla.yaml``);
+- ``paw``:     samples ``[prompt][response][next observation]``, policy loss + the config's
+               world-model objective on the top-α entropy transitions, reward-adaptive λ.
 
-Time: one whole update — the scoring pass (π_old, π_ref when the config's KL coefficient
-is > 0, action entropies, the selection S_α) and the optimisation pass over all
-mini-batches of ``data.mini_batch_size`` (forward and backward over the config's
-``model.micro_batch_tokens`` micro-batches, as ``training_step``; optimizer step) — from the same LoRA and optimizer state,
-the two variants alternated ``--repeats`` times in one process; the median of each and
-their ratio are printed. The paper reports 1.021× per step on GPUs.
+Time: one whole update, as the data module and ``training_step`` run it: sample building,
+``prepare_update`` (the scoring pass where the config needs one: π_old unless
+``old_logprobs: rollout``, π_ref when the KL coefficient is > 0; advantages; S_α and λ_g
+for PaW) and the optimisation over all mini-batches of ``data.mini_batch_size`` (forward
+in the trainer's precision and backward over ``micro_batch_tokens`` micro-batches, gradient
+clipping, optimizer step), from the same LoRA weights and a fresh optimizer. The two variants
+alternate ``--repeats`` times in one process after an untimed update of each; the medians,
+their ratio and each alternated pair's ratio are printed. The paper reports 1.021× per step
+on GPUs.
+
+Tokens: the training forwards' tokens of each variant, and the observation share: the
+next-observation tokens PaW adds (selected transitions only: the others lose their
+observation segment), as a share of PaW's tokens.
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` of each variant's update in this
-process. On CPU, each variant runs in its own child process on the saved rollout, and
-the growth of peak RSS during the update (peak − RSS before it) is compared.
+process. On CPU, each variant runs in its own child process on the saved rollout, and the
+growth of peak RSS during the update (peak − RSS before it; Linux's VmHWM, reset after the
+model load) is compared, and printed for ``prepare_update`` and the optimisation apart.
 
-``--warmup N`` first fits the policy on N expert episodes (the BC warm-up of
-``configs/alfworld.yaml``) so the rollout is a format-following policy's: the untrained
-embedded model's invalid actions get one-line observations ("Nothing happens."), which
-understates the world-model segment.
+Warm-up: the config's behaviour-cloning warm-up callback when it has one (``configs/alfworld.yaml``,
+cached as in ``fit``), or ``--warmup N`` expert episodes (2 epochs, batch 2, lr 1e-4, cached
+in ``<cache>/warmup``), so the rollout is a format-following policy's: the untrained embedded
+model's invalid actions get one-line observations ("Nothing happens."), which understates
+the world-model segment.
 
-    python benchmarks/wm_overhead.py                      # embedded model, configs/frozenlake.yaml
-    python benchmarks/wm_overhead.py --config configs/alfworld.yaml --warmup 8 --max-steps 3
-    python benchmarks/wm_overhead.py --model /path/to/model --repeats 5
+    python benchmarks/wm_overhead.py --warmup 8 --groups 1 --group-size 4     # configs/frozenlake.yaml
+    python benchmarks/wm_overhead.py --warmup 8 --groups 1 --group-size 4 -c configs/sokoban.yaml   # Sokoban: an overlay on FrozenLake's recipe
+    python benchmarks/wm_overhead.py --config configs/alfworld.yaml           # the main job's update, after its warm-up
+    python benchmarks/wm_overhead.py --model /path/to/model --repeats 5 --model.lm.dtype=float32   # other args go to the CLI
 """
 from __future__ import annotations
 
@@ -32,7 +46,6 @@ import argparse
 import gc
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,92 +53,100 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
 warnings.filterwarnings("ignore")
 
 import torch
+from machine import machine_load
 
 from paw_lightning.callbacks import BehaviourCloningWarmup
-from paw_lightning.cli import resolved_config
-from paw_lightning.envs import EnvPool, make_env_factory
-from paw_lightning.model import LMConfig, default_cache_dir
-from paw_lightning.module import PaWModule
-from paw_lightning.objectives import ClippedMAE, PolicyObjective
-from paw_lightning.rollout.collector import Collector
-from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.rollout.prompts import PromptBuilder
+from paw_lightning.cli import PawCLI
+from paw_lightning.envs import EnvPool
+from paw_lightning.model import default_cache_dir
+from paw_lightning.rollout.collector import Collector, derive_seed
 from paw_lightning.rollout.samples import build_buffer
 from paw_lightning.training.microbatch import micro_batches
 from paw_lightning.update import prepare_update
 
 ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("vanilla", "paw")
 
 
-def settings(config: Path) -> dict:
-    """The config's rollout settings as the CLI resolves them (base recipe + ``config``), plus
-    its KL coefficient, micro-batch budget and the balancer's R_max (``None``: the environment's)."""
-    resolved = resolved_config(config)
-    model, data = resolved["model"], resolved["data"]
-    settings = {"env": data["env"], "env_kwargs": data["env_kwargs"], "mini_batch_size": data["mini_batch_size"], **data["rollout"]}
-    settings["kl_coef"] = model["policy_objective"]["init_args"]["kl_coef"]
-    settings["micro_batch_tokens"] = model["micro_batch_tokens"]
-    wm = model["world_model_objective"] or {"init_args": {}}
-    settings["r_max"] = ((wm["init_args"].get("balancer") or {}).get("init_args") or {}).get("r_max")
-    return settings
-
-
-def make_module(model: str, device: torch.device, kl_coef: float) -> PaWModule:
-    module = PaWModule(lm=LMConfig(name_or_path=model), policy_objective=PolicyObjective(kl_coef=kl_coef), world_model_objective=ClippedMAE())
+def build(args, workdir: Path):
+    """The config's module (model loaded, trainer attached for its precision) and data module,
+    as ``fit`` builds them; ``--groups`` / ``--group-size`` / ``--max-steps`` and the extra CLI
+    arguments applied."""
+    argv = ["-c", str(args.config), f"--model.lm.name_or_path={args.model}", "--data.progress=false", "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={workdir / 'runs'}", f"--trainer.logger.init_args.tracking_uri=sqlite:///{workdir / 'mlflow.db'}"]
+    overrides = {"groups": args.groups, "group_size": args.group_size, "max_steps": args.max_steps}
+    argv += [f"--data.rollout.{key}={value}" for key, value in overrides.items() if value is not None]
+    if args.threads:
+        argv.append(f"--threads={args.threads}")  # else the CLI's choice: one per core other processes leave free
+    cli = PawCLI(args=argv + args.extra, run=False)
+    module, data = cli.model, cli.datamodule
+    if module.world_model_objective is None:
+        sys.exit(f"{args.config} has no world-model objective: nothing to compare (use a PaW config)")
+    module.trainer = cli.trainer  # forward_context(): the trainer's precision, as in fit
     module.configure_model()
-    return module.to(device)
+    module.setup("fit")  # the engine's checks
+    return module, data, cli.trainer
 
 
-def env_factory(data: dict):
-    return make_env_factory(data["env"], **(data.get("env_kwargs") or {}))
+def warm_up(module, data, trainer, episodes: int) -> None:
+    """The config's warm-up callback (``--warmup N``: one of N expert episodes instead), or none."""
+    callbacks = [cb for cb in trainer.callbacks if isinstance(cb, BehaviourCloningWarmup)]
+    if episodes:
+        callbacks = [BehaviourCloningWarmup(demonstrations=episodes, epochs=2, batch_size=2, cache_dir=str(default_cache_dir() / "warmup"))]
+    for callback in callbacks:
+        callback.progress = False
+        callback.warm_up_or_load(module, data, module.forward_context)
 
 
-def warm_up(module: PaWModule, data: dict, episodes: int) -> None:
-    """The BC warm-up of ``configs/alfworld.yaml`` on ``episodes`` expert episodes of the
-    config's length (2 epochs, batch 2, lr 1e-4), cached in ``<cache>/warmup`` for later runs."""
-    datamodule = SimpleNamespace(env_name=data["env"], prompt=PromptBuilder(data["env"], data["history_length"]), env_factory=env_factory(data), rollout=SimpleNamespace(max_steps=data["warmup_max_steps"]), progress=False)
-    warmup = BehaviourCloningWarmup(demonstrations=episodes, epochs=2, batch_size=2, progress=False, cache_dir=str(default_cache_dir() / "warmup"))
-    warmup.warm_up_or_load(module, datamodule)
+def collect(module, data):
+    """One training rollout of the config's groups with its engine, as the data module plays it."""
+    rollout = data.rollout
+    token_stats = module.old_logprobs == "rollout" or module.engine.off_policy
+    with EnvPool(data.env_factory, rollout.groups * rollout.group_size) as pool:
+        collector = Collector(pool, module.sampler(rollout.max_new_tokens, token_stats=token_stats), data.prompt, rollout.max_steps, rollout.invalid_penalty)
+        tasks = [(g, derive_seed(data.seed, "train", 0, g)) for g in range(rollout.groups)]
+        with module.generating():
+            return collector.collect(tasks, rollout.group_size, rollout.temperature, derive_seed(data.seed, "sample", 0, 0), "rollout", progress=False)
 
 
-def collect(module: PaWModule, data: dict):
-    with EnvPool(env_factory(data), data["groups"] * data["group_size"]) as pool:
-        engine = GenerationEngine(module.lm, module.tokenizer, data["max_new_tokens"])
-        collector = Collector(pool, engine, PromptBuilder(data["env"], data["history_length"]), data["max_steps"], -0.1)
-        module.lm.eval()
-        trajectories = collector.collect([(g, 1000 + g) for g in range(data["groups"])], data["group_size"], data["temperature"], seed=0, progress=False)
-        module.lm.train()
-    return trajectories
-
-
-def update(module: PaWModule, trajectories, variant: str, data: dict, start_state: dict) -> tuple[float, int]:
-    """One whole update from ``start_state``: buffer, scoring pass, selection, optimisation.
-    Returns its wall time in seconds and the tokens of its training forwards."""
+def update(module, data, trajectories, variant: str, start_state: dict, wm_objective, after_prepare=None) -> tuple[float, int, int]:
+    """One whole update of ``variant`` from ``start_state``: samples, ``prepare_update``,
+    optimisation (``after_prepare()``, if given, is called between the two). Returns its wall
+    time in seconds, the tokens of its training forwards and the observation tokens among them."""
     paw = variant == "paw"
     module.load_state_dict(start_state, strict=False)
-    module.world_model_objective = ClippedMAE() if paw else None
-    optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-5)
-    device = next(module.parameters()).device
+    module.world_model_objective = wm_objective if paw else None
+    optimizer = module.optimizer_factory([p for p in module.parameters() if p.requires_grad])
+    device = module.device
     start = time.perf_counter()
-    buffer = build_buffer(trajectories, module.tokenizer, world_model=paw)
-    prepare_update(module, buffer, data["r_max"])  # scoring pass, advantages, S_α (PaW: unselected transitions lose their observation), λ_g
-    size = data["mini_batch_size"]
+    buffer = build_buffer(trajectories, module.tokenizer, data.rollout.max_obs_tokens, world_model=paw)
+    prepare_update(module, buffer, data.max_return)  # scoring pass where needed, advantages; PaW: S_α (unselected transitions lose their observation), λ_g
+    if after_prepare is not None:
+        after_prepare()
+    size = data.mini_batch_size
     for i in range(0, len(buffer), size):
         batch = {k: v.to(device) for k, v in buffer.collate(list(range(i, min(i + size, len(buffer))))).items()}
         totals = module.loss_totals(batch)
-        for part in micro_batches(batch, data["micro_batch_tokens"]):  # as training_step: accumulate over token-budget micro-batches
-            module.compute_loss(part, totals).loss.backward()
+        for part in micro_batches(batch, module.micro_batch_tokens):  # as training_step: accumulate over token-budget micro-batches
+            with module.forward_context():
+                loss = module.compute_loss(part, totals).loss
+            loss.backward()
+        if module.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], module.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start, sum(x.numel() for x in buffer.input_ids)
+    seconds = time.perf_counter() - start
+    observation = sum(int(m.sum()) for m in buffer.obs_mask) if paw else 0
+    return seconds, sum(x.numel() for x in buffer.input_ids), observation
 
 
 def rss_bytes() -> int:
@@ -133,81 +154,142 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak RSS since start or since :func:`reset_peak_rss` (Linux: VmHWM)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak: Linux resets VmHWM to the current RSS on "5" in clear_refs."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def child(args) -> None:
-    """CPU memory: one variant's update in a fresh process; prints the peak RSS growth."""
+    """CPU memory: one variant's update in a fresh process; prints the peak RSS growth over the
+    RSS before the update, of ``prepare_update`` (samples, scoring pass, selection) and of the
+    optimisation."""
     saved = torch.load(args.child_state, weights_only=False)
-    module = make_module(args.model, torch.device("cpu"), saved["data"]["kl_coef"])
-    with torch.no_grad():  # page the weights in first: transformers may mmap them, which is not the update's memory
-        for param in module.parameters():
-            param.sum()
-    before = rss_bytes()
-    update(module, saved["trajectories"], args.child, saved["data"], saved["lora"])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"growth": max(peak - before, 0), "peak": peak}))
+    with tempfile.TemporaryDirectory(prefix="wm_overhead-") as tmp:
+        module, data, _ = build(args, Path(tmp))
+        wm_objective = module.world_model_objective
+        with torch.no_grad():  # page the weights in first: transformers may mmap them, which is not the update's memory
+            for param in module.parameters():
+                param.sum()
+        gc.collect()
+        reset_peak_rss()  # loading the model peaks higher than its resident weights
+        before, growth = rss_bytes(), {}
+
+        def after_prepare():
+            growth["prepare"] = max(peak_rss_bytes() - before, 0)
+            reset_peak_rss()
+
+        update(module, data, saved["trajectories"], args.child, saved["lora"], wm_objective, after_prepare)
+        growth["optimisation"] = max(peak_rss_bytes() - before, 0)
+    print(json.dumps({**growth, "growth": max(growth.values())}))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+                                     epilog="Any other argument (e.g. --model.lm.dtype=float32) is passed on to the CLI.")
     parser.add_argument("--config", type=Path, default=ROOT / "configs/frozenlake.yaml")
-    parser.add_argument("--model", default="embedded")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=0, help="expert episodes of a BC warm-up before the rollout (0: none)")
+    parser.add_argument("--model", default="embedded", help="model.lm.name_or_path (default: embedded)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternated timed pairs (0: tokens and memory only)")
+    parser.add_argument("--warmup", type=int, default=0, help="expert episodes of a BC warm-up before the rollout, instead of the config's (0: the config's, if any)")
     parser.add_argument("--groups", type=int, help="override data.rollout.groups of the config")
     parser.add_argument("--group-size", type=int, help="override data.rollout.group_size")
     parser.add_argument("--max-steps", type=int, help="override data.rollout.max_steps")
-    parser.add_argument("--child", choices=["vanilla", "paw"], help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help="torch threads (default: the CLI's threads: auto)")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--child-state", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args, args.extra = parser.parse_known_args(argv)
+    return args
+
+
+def forwarded(args) -> list[str]:
+    """This run's arguments for a child process."""
+    argv = ["--config", str(args.config), "--model", args.model]
+    for flag, value in (("--groups", args.groups), ("--group-size", args.group_size), ("--max-steps", args.max_steps), ("--threads", args.threads)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + args.extra
+
+
+def main() -> None:
+    args = parse_args()
     if args.child:
         return child(args)
-
-    data = settings(args.config)
-    data["warmup_max_steps"] = data["max_steps"]  # the warm-up plays the config's episodes, whatever --max-steps
-    overrides = {"groups": args.groups, "group_size": args.group_size, "max_steps": args.max_steps}
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    if data["r_max"] is None:
-        data["r_max"] = env_factory(data)().max_return
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch.manual_seed(0)
-    module = make_module(args.model, device, data["kl_coef"])
-    if args.warmup:
-        warm_up(module, data, args.warmup)
-    trajectories = collect(module, data)
+    with tempfile.TemporaryDirectory(prefix="wm_overhead-") as tmp:
+        torch.manual_seed(0)
+        module, data, trainer = build(args, Path(tmp))
+        wm_objective = module.world_model_objective
+        warm_up(module, data, trainer, args.warmup)
+        trajectories = collect(module, data)
     state = {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
     obs_tokens = [len(module.tokenizer.encode(s.next_observation, add_special_tokens=False)) for t in trajectories for s in t.steps]
+    print(f"{args.config.name}: precision {trainer.precision}, weights {next(module.lm.parameters()).dtype}, old_logprobs {module.old_logprobs}, "
+          f"engine {type(module.engine).__name__}, {torch.get_num_threads()} threads, {machine_load()}")
     print(f"rollout: {len(trajectories)} episodes, {len(obs_tokens)} transitions, observations of {statistics.mean(obs_tokens):.0f} tokens "
-          f"on average (min {min(obs_tokens)}, max {max(obs_tokens)}), {sum(s.reward for t in trajectories for s in t.steps):.1f} total reward")
+          f"on average (min {min(obs_tokens)}, max {max(obs_tokens)}), {sum(s.reward for t in trajectories for s in t.steps):.1f} total reward", flush=True)
 
-    times, tokens, peaks = {"vanilla": [], "paw": []}, {}, {}
-    update(module, trajectories, "vanilla", data, state)  # warm-up
-    for _ in range(args.repeats):
-        for variant in ("vanilla", "paw"):
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            seconds, tokens[variant] = update(module, trajectories, variant, data, state)
-            times[variant].append(seconds)
-            if device.type == "cuda":
-                peaks[variant] = torch.cuda.max_memory_allocated()
-    median = {v: statistics.median(t) for v, t in times.items()}
-    for v in ("vanilla", "paw"):
-        print(f"{v:<10}{tokens[v]:>8} tokens, update {median[v]:.2f} s (runs: {', '.join(f'{t:.2f}' for t in times[v])})", flush=True)
-    if device.type != "cuda":
+    tokens, observation = {}, 0
+    for variant in VARIANTS:  # untimed: first-call allocations and kernel selection; the variants' training tokens
+        _, tokens[variant], obs = update(module, data, trajectories, variant, state, wm_objective)
+        observation = max(observation, obs)
+    times, peaks = timed_pairs(module, data, trajectories, state, wm_objective, args.repeats)
+    parts = {}
+    if module.device.type == "cpu":
         del module  # the children need the memory
         gc.collect()
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "update.pt"
-            torch.save({"trajectories": trajectories, "lora": state, "data": data}, path)
-            for variant in ("vanilla", "paw"):
-                out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", variant, "--child-state", str(path)], capture_output=True, text=True, check=True)
-                peaks[variant] = json.loads(out.stdout.strip().splitlines()[-1])["growth"]
+        parts = cpu_memory(args, trajectories, state)
+        peaks = {v: part["growth"] for v, part in parts.items()}
+    report(times, tokens, observation, peaks, parts)
 
-    kind = "peak CUDA memory" if device.type == "cuda" else "peak RSS growth"
+
+def timed_pairs(module, data, trajectories, state: dict, wm_objective, repeats: int):
+    """``repeats`` alternated pairs of timed updates: each variant's seconds and, on CUDA, its
+    peak allocated memory."""
+    times, peaks, cuda = {v: [] for v in VARIANTS}, {}, module.device.type == "cuda"
+    for _ in range(repeats):
+        for variant in VARIANTS:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            times[variant].append(update(module, data, trajectories, variant, state, wm_objective)[0])
+            if cuda:
+                peaks[variant] = torch.cuda.max_memory_allocated()
+        print(f"pair {len(times['paw'])}: vanilla {times['vanilla'][-1]:.2f} s, paw {times['paw'][-1]:.2f} s ({machine_load()})", flush=True)
+    return times, peaks
+
+
+def cpu_memory(args, trajectories, state: dict) -> dict[str, dict[str, int]]:
+    """Each variant's update in a child process on the saved rollout: its peak RSS growth."""
+    parts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "update.pt"
+        torch.save({"trajectories": trajectories, "lora": state}, path)
+        for variant in VARIANTS:
+            cmd = [sys.executable, __file__, *forwarded(args), "--child", variant, "--child-state", str(path)]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"the {variant} memory child failed:\n{out.stderr[-3000:]}")
+            parts[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+    return parts
+
+
+def report(times, tokens, observation: int, peaks, parts) -> None:
+    kind = "peak RSS growth" if parts else "peak CUDA memory"
+    median = {v: statistics.median(t) if t else float("nan") for v, t in times.items()}
     print(f"\n{'variant':<10}{'tokens':>8}{'median s':>10}{'runs (s)':>28}{kind:>20}")
-    for v in ("vanilla", "paw"):
+    for v in VARIANTS:
         runs = ", ".join(f"{t:.2f}" for t in times[v])
-        print(f"{v:<10}{tokens[v]:>8}{median[v]:>10.2f}{runs:>28}{peaks[v] / 2**20:>16.0f} MiB")
-    print(f"\nPaW / vanilla: training tokens {tokens['paw'] / tokens['vanilla']:.3f}x, time {median['paw'] / median['vanilla']:.3f}x, "
-          f"memory {peaks['paw'] / max(peaks['vanilla'], 1):.3f}x (device: {device.type}; paper: 1.021x time, 1.024x memory on GPUs)")
+        split = f" (prepare {parts[v]['prepare'] / 2**20:.0f}, optimisation {parts[v]['optimisation'] / 2**20:.0f})" if parts else ""
+        memory = f"{peaks[v] / 2**20:>16.0f} MiB" if v in peaks else ""
+        print(f"{v:<10}{tokens[v]:>8}{median[v]:>10.2f}{runs:>28}{memory}{split}")
+    pairs = ", ".join(f"{p / v:.3f}" for v, p in zip(times["vanilla"], times["paw"]))
+    memory = f"{peaks['paw'] / max(peaks['vanilla'], 1):.3f}x" if peaks else "not measured"
+    print(f"\nPaW / vanilla: training tokens {tokens['paw'] / tokens['vanilla']:.3f}x (observations {100 * observation / tokens['paw']:.1f}% of PaW's), "
+          f"time {median['paw'] / median['vanilla']:.3f}x (pairs: {pairs or 'none'}), memory {memory} (paper: 1.021x time, 1.024x memory on GPUs)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The benchmarks that time the trainer by wrapping its methods still find them (a renamed or
-moved method would otherwise break the benchmark only when someone runs it), and the update's
-model-FLOP count by hand."""
+moved method would otherwise break the benchmark only when someone runs it), the update's
+model-FLOP count by hand, and wm_overhead's two updates on the tiny model."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +11,7 @@ from helpers import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import epoch_time_split  # noqa: E402
+import wm_overhead  # noqa: E402
 
 
 def test_epoch_time_split_wraps_methods_that_exist():
@@ -30,3 +31,25 @@ def test_update_flops_by_hand():
     # a 3-token budget: one row per micro-batch; the longer row's keep_from is its own prompt (2): its head reads 2 positions
     row3 = 4 * (6 * 3 + 4 * 2) + 3 * 2 * 2 * 9 * 3
     assert epoch_time_split.update_flops(batch, 3, sizes)["4N"] == row3 + row2
+
+
+def test_wm_overhead_compares_two_updates_of_the_configs_module(tiny_model_dir, tmp_path):
+    """The benchmark builds the config's module as fit does and times both variants on one
+    rollout from the same LoRA weights: PaW's samples are vanilla's plus the observation segments
+    of its selected transitions (the closing chat tokens after them included), and an update run
+    twice from the saved weights ends at the same weights."""
+    args = wm_overhead.parse_args(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]"])
+    module, data, trainer = wm_overhead.build(args, tmp_path)
+    wm_objective = module.world_model_objective
+    trajectories = wm_overhead.collect(module, data)
+    assert len(trajectories) == data.rollout.groups * data.rollout.group_size
+    start = {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
+
+    _, vanilla_tokens, vanilla_obs = wm_overhead.update(module, data, trajectories, "vanilla", start, wm_objective)
+    after_vanilla = {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
+    _, paw_tokens, paw_obs = wm_overhead.update(module, data, trajectories, "paw", start, wm_objective)
+    assert vanilla_obs == 0 and 0 < paw_obs <= paw_tokens - vanilla_tokens
+    assert any(not torch.equal(after_vanilla[k], start[k]) for k in start)  # the update trained the LoRA weights
+
+    wm_overhead.update(module, data, trajectories, "vanilla", start, wm_objective)
+    assert all(torch.equal(v, after_vanilla[k]) for k, v in module.state_dict().items() if "lora_" in k)
