@@ -216,6 +216,12 @@ def forwarded(args) -> list[str]:
     return argv + args.extra
 
 
+def config_names(args) -> str:
+    """The config file and the overlays (``-c FILE``) among the extra arguments, by name."""
+    overlays = [value for flag, value in zip(args.extra, args.extra[1:]) if flag in ("-c", "--config")]
+    return " + ".join(Path(name).name for name in [args.config, *overlays])
+
+
 def main() -> None:
     args = parse_args()
     if args.child:
@@ -228,7 +234,7 @@ def main() -> None:
         trajectories = collect(module, data)
     state = {k: v.clone() for k, v in module.state_dict().items() if "lora_" in k}
     obs_tokens = [len(module.tokenizer.encode(s.next_observation, add_special_tokens=False)) for t in trajectories for s in t.steps]
-    print(f"{args.config.name}: precision {trainer.precision}, weights {next(module.lm.parameters()).dtype}, old_logprobs {module.old_logprobs}, "
+    print(f"{config_names(args)}: precision {trainer.precision}, weights {next(module.lm.parameters()).dtype}, old_logprobs {module.old_logprobs}, "
           f"engine {type(module.engine).__name__}, {torch.get_num_threads()} threads, {machine_load()}")
     print(f"rollout: {len(trajectories)} episodes, {len(obs_tokens)} transitions, observations of {statistics.mean(obs_tokens):.0f} tokens "
           f"on average (min {min(obs_tokens)}, max {max(obs_tokens)}), {sum(s.reward for t in trajectories for s in t.steps):.1f} total reward", flush=True)
