@@ -59,14 +59,11 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
 warnings.filterwarnings("ignore")
 
+import configured
 import torch
+from configured import collect, warm_up
 from machine import machine_load
 
-from paw_lightning.callbacks import BehaviourCloningWarmup
-from paw_lightning.cli import PawCLI
-from paw_lightning.envs import EnvPool
-from paw_lightning.model import default_cache_dir
-from paw_lightning.rollout.collector import Collector, derive_seed
 from paw_lightning.rollout.samples import build_buffer
 from paw_lightning.training.microbatch import micro_batches
 from paw_lightning.update import prepare_update
@@ -76,44 +73,11 @@ VARIANTS = ("vanilla", "paw")
 
 
 def build(args, workdir: Path):
-    """The config's module (model loaded, trainer attached for its precision) and data module,
-    as ``fit`` builds them; ``--groups`` / ``--group-size`` / ``--max-steps`` and the extra CLI
-    arguments applied."""
-    argv = ["-c", str(args.config), f"--model.lm.name_or_path={args.model}", "--data.progress=false", "--trainer.enable_progress_bar=false",
-            f"--trainer.default_root_dir={workdir / 'runs'}", f"--trainer.logger.init_args.tracking_uri=sqlite:///{workdir / 'mlflow.db'}"]
-    overrides = {"groups": args.groups, "group_size": args.group_size, "max_steps": args.max_steps}
-    argv += [f"--data.rollout.{key}={value}" for key, value in overrides.items() if value is not None]
-    if args.threads:
-        argv.append(f"--threads={args.threads}")  # else the CLI's choice: one per core other processes leave free
-    cli = PawCLI(args=argv + args.extra, run=False)
-    module, data = cli.model, cli.datamodule
+    """The config's module, data module and trainer (:func:`configured.build`); a PaW config only."""
+    module, data, trainer = configured.build(args, workdir)
     if module.world_model_objective is None:
         sys.exit(f"{args.config} has no world-model objective: nothing to compare (use a PaW config)")
-    module.trainer = cli.trainer  # forward_context(): the trainer's precision, as in fit
-    module.configure_model()
-    module.setup("fit")  # the engine's checks
-    return module, data, cli.trainer
-
-
-def warm_up(module, data, trainer, episodes: int) -> None:
-    """The config's warm-up callback (``--warmup N``: one of N expert episodes instead), or none."""
-    callbacks = [cb for cb in trainer.callbacks if isinstance(cb, BehaviourCloningWarmup)]
-    if episodes:
-        callbacks = [BehaviourCloningWarmup(demonstrations=episodes, epochs=2, batch_size=2, cache_dir=str(default_cache_dir() / "warmup"))]
-    for callback in callbacks:
-        callback.progress = False
-        callback.warm_up_or_load(module, data, module.forward_context)
-
-
-def collect(module, data):
-    """One training rollout of the config's groups with its engine, as the data module plays it."""
-    rollout = data.rollout
-    token_stats = module.old_logprobs == "rollout" or module.engine.off_policy
-    with EnvPool(data.env_factory, rollout.groups * rollout.group_size) as pool:
-        collector = Collector(pool, module.sampler(rollout.max_new_tokens, token_stats=token_stats), data.prompt, rollout.max_steps, rollout.invalid_penalty)
-        tasks = [(g, derive_seed(data.seed, "train", 0, g)) for g in range(rollout.groups)]
-        with module.generating():
-            return collector.collect(tasks, rollout.group_size, rollout.temperature, derive_seed(data.seed, "sample", 0, 0), "rollout", progress=False)
+    return module, data, trainer
 
 
 def update(module, data, trajectories, variant: str, start_state: dict, wm_objective, after_prepare=None) -> tuple[float, int, int]:
@@ -193,14 +157,8 @@ def child(args) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
                                      epilog="Any other argument (e.g. --model.lm.dtype=float32) is passed on to the CLI.")
-    parser.add_argument("--config", type=Path, default=ROOT / "configs/frozenlake.yaml")
-    parser.add_argument("--model", default="embedded", help="model.lm.name_or_path (default: embedded)")
+    configured.add_run_arguments(parser, ROOT / "configs/frozenlake.yaml")
     parser.add_argument("--repeats", type=int, default=3, help="alternated timed pairs (0: tokens and memory only)")
-    parser.add_argument("--warmup", type=int, default=0, help="expert episodes of a BC warm-up before the rollout, instead of the config's (0: the config's, if any)")
-    parser.add_argument("--groups", type=int, help="override data.rollout.groups of the config")
-    parser.add_argument("--group-size", type=int, help="override data.rollout.group_size")
-    parser.add_argument("--max-steps", type=int, help="override data.rollout.max_steps")
-    parser.add_argument("--threads", type=int, help="torch threads (default: the CLI's threads: auto)")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--child-state", help=argparse.SUPPRESS)
     args, args.extra = parser.parse_known_args(argv)

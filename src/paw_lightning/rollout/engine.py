@@ -6,7 +6,8 @@ end-of-turn token. Under FSDP2 every rank runs the same number of forwards (``sy
 ``token_stats=True`` also records each generated token's ``log π_θ(a_i | h, a_<i)`` and
 full-distribution entropy from the raw logits that sampled it (``model.old_logprobs:
 rollout``), equal to a recomputed forward up to rounding. The stop-string criterion is
-built once per tokenizer and stop string.
+built once per tokenizer and stop string. Rows that share a prompt prefix (a task group's
+episodes) prefill it once (:mod:`paw_lightning.rollout.prefix`; one process only).
 Design notes: docs/design.md#paw_lightningrolloutenginepy
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from peft.tuners.lora import LoraLayer
 from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteriaList, StopStringCriteria
 
+from paw_lightning.rollout.prefix import left_pad, plan_shared_prefixes, prefill
 from paw_lightning.scale import distributed
 
 
@@ -77,13 +79,17 @@ class GenerationEngine:
         max_new_tokens: response budget per step; a response ends after ``</action>``.
         token_stats: also record each response token's log-prob and entropy (see the module
             docstring).
+        share_prefixes: prefill a prompt prefix that several rows share once
+            (:mod:`paw_lightning.rollout.prefix`: same samples up to float rounding); off under
+            FSDP2/DDP, where every rank must run the same forwards.
     """
 
-    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, token_stats: bool = False):
+    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, token_stats: bool = False, share_prefixes: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.token_stats = token_stats
+        self.share_prefixes = share_prefixes
 
     def generate(self, prompts: list[str], temperature: float, seed: int, stop: str = "</action>") -> list[Generation]:
         """Generate one response per prompt, each ending after ``stop`` (an empty list is
@@ -108,13 +114,18 @@ class GenerationEngine:
         or after the end-of-turn token. Given a list as ``token_stats``, appends to it one
         ``(log-probs, entropies)`` pair of lists per row, as long as the row's new tokens."""
         batch = prompt_ids or [[self.tokenizer.eos_token_id]]
-        input_ids, attention_mask = self._left_pad(batch)
         device = next(self.model.parameters()).device
+        pad = self.tokenizer.pad_token_id
+        plan = plan_shared_prefixes(batch) if self.share_prefixes and not distributed.is_distributed() else None
+        if plan is None:
+            (input_ids, attention_mask), cache = left_pad(batch, pad), None
+        else:
+            input_ids, attention_mask, cache = prefill(self.model, batch, plan, pad, device)
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {"do_sample": False}
         config = GenerationConfig(
             **sampling,
             max_new_tokens=max_new_tokens or self.max_new_tokens,
-            pad_token_id=self.tokenizer.pad_token_id,
+            pad_token_id=pad,
             eos_token_id=self.tokenizer.eos_token_id,
             output_logits=token_stats is not None,
             return_dict_in_generate=token_stats is not None,
@@ -125,6 +136,7 @@ class GenerationEngine:
             out = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
+                past_key_values=cache,
                 generation_config=config,
                 stopping_criteria=stopping,
                 synced_gpus=distributed.is_distributed(),
@@ -136,13 +148,6 @@ class GenerationEngine:
             logprobs, entropies = _token_stats(out.logits, new)
             token_stats += [(logprobs[i, : len(row)].tolist(), entropies[i, : len(row)].tolist()) for i, row in enumerate(rows)]
         return rows
-
-    def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(ids) for ids in batch)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
-        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
-        return input_ids, attention_mask
 
     def _cut(self, row: list[int], stop: str | None = "</action>") -> list[int]:
         """Keep tokens up to and including the first end-of-turn token or the token completing
@@ -208,10 +213,14 @@ class HFEngine(RolloutEngine):
             much as bfloat16's own decoding noise (``rollout/engine_kl`` in
             benchmarks/engine_throughput.py). One process, unquantized base; memory: one more
             copy of the base weights.
+        share_prefixes: prefill each prompt prefix that several rows of a step share (a task
+            group's episodes) once (:class:`GenerationEngine`); false: every row prefills its
+            whole prompt.
     """
 
-    def __init__(self, merge_lora: bool = False):
+    def __init__(self, merge_lora: bool = False, share_prefixes: bool = True):
         self.merge_lora = merge_lora
+        self.share_prefixes = share_prefixes
         self.merged: torch.nn.Module | None = None
 
     def check(self, lm_config, world_size: int) -> None:
@@ -219,10 +228,9 @@ class HFEngine(RolloutEngine):
             raise ValueError("model.engine HFEngine merge_lora needs one process and an unquantized base model: with FSDP2/DDP or a 4-bit base add --model.engine.init_args.merge_lora=false")
 
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
-        if not self.merge_lora:
-            return GenerationEngine(lm, tokenizer, max_new_tokens, token_stats)
-        self.refresh(lm, tokenizer, version)
-        return GenerationEngine(self.merged, tokenizer, max_new_tokens, token_stats)
+        if self.merge_lora:
+            self.refresh(lm, tokenizer, version)
+        return GenerationEngine(self.merged if self.merge_lora else lm, tokenizer, max_new_tokens, token_stats, self.share_prefixes)
 
     def sync(self, lm, tokenizer) -> None:
         """Make the merged copy (a plain copy first) and write W + ΔW into it."""
