@@ -7,7 +7,7 @@ with each setting, alternating which goes first, so both settings see the same p
 up to float rounding, sample the same responses. Printed per setting: the rollout's seconds
 (median, per rep), the tokens the sampling model's forwards took (rows × width, padding
 included, counted at its input embeddings) and the response tokens; then the median of the
-per-rep ratios. ``tokens/s`` is response tokens over the whole rollout's
+per-rep ratios, and how many rollouts and steps sampled the same responses in both settings. ``tokens/s`` is response tokens over the whole rollout's
 seconds (environment steps included).
 
     python benchmarks/prefix_sharing.py                                # configs/alfworld.yaml
@@ -49,22 +49,23 @@ class TokenCounter:
         self.tokens += args[0].numel()
 
 
-def rollout(module, data, epoch: int, counter: TokenCounter) -> tuple[float, int, int]:
-    """One training rollout: seconds, forwarded tokens, response tokens."""
+def rollout(module, data, epoch: int, counter: TokenCounter) -> tuple[float, int, list[list[int]]]:
+    """One training rollout: seconds, forwarded tokens, every step's response token ids."""
     counter.tokens = 0
     start = time.perf_counter()
     trajectories = configured.collect(module, data, epoch)
     seconds = time.perf_counter() - start
-    responses = sum(len(step.response_ids) for t in trajectories for step in t.steps)
-    return seconds, counter.tokens, responses
+    return seconds, counter.tokens, [step.response_ids for t in trajectories for step in t.steps]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, list]:
+    """Runs the comparison and prints it; returns each setting's runs (seconds, forwarded
+    tokens, response token ids)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
                                      epilog="Any other argument (e.g. --model.lm.dtype=float32) is passed on to the CLI.")
     configured.add_run_arguments(parser, ROOT / "configs/alfworld.yaml")
     parser.add_argument("--reps", type=int, default=3, help="rollouts per setting, alternated (default: 3)")
-    args, args.extra = parser.parse_known_args()
+    args, args.extra = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory(prefix="prefix_sharing-") as tmp:
         module, data, trainer = configured.build(args, Path(tmp))
         if not isinstance(module.engine, HFEngine):
@@ -89,13 +90,18 @@ def main() -> None:
     print(f"\n{'setting':<8}{'median s':>10}{'runs (s)':>24}{'forwarded':>16}{'responses':>11}{'tokens/s':>10}")
     for name, runs in results.items():
         seconds = [run[0] for run in runs]
-        forwarded, responses = statistics.median(run[1] for run in runs), statistics.median(run[2] for run in runs)
-        print(f"{name:<8}{statistics.median(seconds):>10.1f}{', '.join(f'{s:.1f}' for s in seconds):>24}{forwarded:>16.0f}{responses:>11.0f}"
-              f"{sum(run[2] for run in runs) / sum(seconds):>10.1f}")
+        responses = [sum(map(len, run[2])) for run in runs]
+        print(f"{name:<8}{statistics.median(seconds):>10.1f}{', '.join(f'{s:.1f}' for s in seconds):>24}{statistics.median(run[1] for run in runs):>16.0f}"
+              f"{statistics.median(responses):>11.0f}{sum(responses) / sum(seconds):>10.1f}")
     ratios = [p[0] / s[0] for p, s in zip(results["plain"], results["shared"])]
     saved = [1 - s[1] / p[1] for p, s in zip(results["plain"], results["shared"])]
     print(f"\nshared vs plain: rollout {statistics.median(ratios):.3f}x faster (per rep: {', '.join(f'{r:.3f}' for r in ratios)}), "
           f"forwarded tokens {100 * statistics.median(saved):.0f}% fewer")
+    same = sum(p[2] == s[2] for p, s in zip(results["plain"], results["shared"]))
+    steps = sum(a == b for p, s in zip(results["plain"], results["shared"]) for a, b in zip(p[2], s[2]))
+    total = sum(len(p[2]) for p in results["plain"])
+    print(f"the same responses in {same} of {len(ratios)} rollouts ({steps} of {total} steps; float rounding can flip a sampled token)")
+    return results
 
 
 if __name__ == "__main__":

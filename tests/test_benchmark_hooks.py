@@ -1,6 +1,6 @@
 """The benchmarks that time the trainer by wrapping its methods still find them (a renamed or
 moved method would otherwise break the benchmark only when someone runs it), the update's
-model-FLOP count by hand, and wm_overhead's two updates on the tiny model."""
+model-FLOP count by hand, and wm_overhead's two updates and prefix_sharing's two rollouts on the tiny model."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +11,7 @@ from helpers import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import epoch_time_split  # noqa: E402
+import prefix_sharing  # noqa: E402
 import wm_overhead  # noqa: E402
 
 
@@ -53,3 +54,14 @@ def test_wm_overhead_compares_two_updates_of_the_configs_module(tiny_model_dir, 
 
     wm_overhead.update(module, data, trajectories, "vanilla", start, wm_objective)
     assert all(torch.equal(v, after_vanilla[k]) for k, v in module.state_dict().items() if "lora_" in k)
+
+
+def test_prefix_sharing_compares_the_configs_rollouts(tiny_model_dir, capsys):
+    """Both settings play the config's rollout of each rep on the same prompts: sharing the
+    groups' prompt prefixes forwards fewer tokens and samples the same responses."""
+    results = prefix_sharing.main(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]",
+                                   "--group-size", "4", "--reps", "2"])
+    for plain, shared in zip(results["plain"], results["shared"]):
+        assert shared[1] < plain[1]
+        assert shared[2] == plain[2]
+    assert "the same responses in 2 of 2 rollouts" in capsys.readouterr().out
