@@ -60,24 +60,22 @@ def plan_shared_prefixes(rows: list[list[int]], min_saving: float = 0.2) -> Pref
     neighbours = [common_prefix_length(a, b) for a, b in zip(ordered, ordered[1:])]
     n = len(ordered)
     best = [0] * (n + 1)  # best[j]: the most tokens saved by runs covering ordered[:j]
-    start = [0] * (n + 1)  # where the last run of best[j] starts
+    last_run = [(0, 0)] * (n + 1)  # (start, shared prefix length) of best[j]'s last run
     for j in range(1, n + 1):
         shared = len(ordered[j - 1]) - 1
-        best[j], start[j] = best[j - 1], j - 1  # ordered[j - 1] alone
+        best[j], last_run[j] = best[j - 1], (j - 1, shared)  # ordered[j - 1] alone
         for i in range(j - 2, -1, -1):  # the run ordered[i:j]
             shared = min(shared, neighbours[i], len(ordered[i]) - 1)
             if shared == 0:
                 break
             if best[i] + (j - 1 - i) * shared > best[j]:
-                best[j], start[j] = best[i] + (j - 1 - i) * shared, i
+                best[j], last_run[j] = best[i] + (j - 1 - i) * shared, (i, shared)
     prefixes, cluster_of, j = [], [0] * n, n
     while j > 0:
-        i = start[j]
-        run = ordered[i:j]
-        shared = min([len(row) - 1 for row in run] + neighbours[i : j - 1])
+        i, shared = last_run[j]
         for position in range(i, j):
             cluster_of[order[position]] = len(prefixes)
-        prefixes.append(run[0][:shared])
+        prefixes.append(ordered[i][:shared])
         j = i
     plan = PrefixPlan(prefixes, cluster_of)
     prefix_width = max(len(prefix) for prefix in prefixes)
