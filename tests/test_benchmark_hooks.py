@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 from helpers import ROOT
 
@@ -56,11 +57,16 @@ def test_wm_overhead_compares_two_updates_of_the_configs_module(tiny_model_dir, 
     assert all(torch.equal(v, after_vanilla[k]) for k, v in module.state_dict().items() if "lora_" in k)
 
 
-def test_prefix_sharing_compares_the_configs_rollouts(tiny_model_dir, capsys):
+@pytest.mark.parametrize("engine", ["hf", "ct2"])
+def test_prefix_sharing_compares_the_configs_rollouts(tiny_model_dir, capsys, engine):
     """Both settings play the config's rollout of each rep on the same prompts: sharing the
     groups' prompt prefixes forwards fewer tokens and samples the same responses."""
+    if engine == "ct2":
+        pytest.importorskip("ctranslate2")
+    chosen = ["--model.engine=paw_lightning.rollout.ct2.CT2Engine", "--model.engine.init_args.compute_type=float32",
+              "--model.old_logprobs=recompute"] if engine == "ct2" else []
     results = prefix_sharing.main(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]",
-                                   "--group-size", "4", "--reps", "2"])
+                                   "--group-size", "4", "--reps", "2", *chosen])
     for plain, shared in zip(results["plain"], results["shared"]):
         assert shared[1] < plain[1]
         assert shared[2] == plain[2]

@@ -49,6 +49,44 @@ def test_greedy_tokens_logprobs_and_entropies_equal_hf(module, tmp_path):
     assert len(hf_cut[0]) <= 12 and stop in module.tokenizer.decode(hf_cut[0])
 
 
+class CountingGenerator:
+    """A CTranslate2 generator that records each call's static prompt and start tokens."""
+
+    def __init__(self, generator, calls: list):
+        self.generator, self.calls = generator, calls
+
+    def generate_batch(self, start_tokens, **kwargs):
+        self.calls.append((len(kwargs.get("static_prompt") or []), [len(tokens) for tokens in start_tokens]))
+        return self.generator.generate_batch(start_tokens, **kwargs)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_calls_shared_prefix_is_forwarded_once_and_samples_the_same(module, tmp_path, temperature):
+    """A task group's first step (4 copies of one prompt) and a second group's rows that share
+    their head: with ``share_prefixes`` the head goes to CTranslate2 once as the static prompt,
+    and the seeded samples, their log-probs and entropies are the plain layout's."""
+    encode = lambda text: module.tokenizer.encode(text, add_special_tokens=False)
+    head = chat_prompt_ids(module.tokenizer, "you are in a room. your task is to: put a mug in the sink.")
+    ids = [head] * 4 + [head + encode("go"), head + encode("up")]
+    engine = CT2Engine("float32", workers=1, workdir=str(tmp_path))
+    engine.refresh(module.lm, module.tokenizer, version=0)
+    results = {}
+    for share in (False, True):
+        engine.share_prefixes, calls, stats = share, [], []
+        sampler = engine.sampler(module.lm, module.tokenizer, 16, True, version=0)
+        sampler.load(seed=3)
+        sampler.generators = [CountingGenerator(g, calls) for g in sampler.generators]
+        results[share] = sampler.generate_ids(ids, temperature, 3, stop=None, token_stats=stats), stats, calls
+    (plain, plain_stats, plain_calls), (shared, shared_stats, shared_calls) = results[False], results[True]
+    assert shared == plain
+    for (lp_plain, ent_plain), (lp, ent) in zip(plain_stats, shared_stats):
+        torch.testing.assert_close(torch.tensor(lp), torch.tensor(lp_plain), atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.tensor(ent), torch.tensor(ent_plain), atol=1e-5, rtol=0)
+    n, rest = len(head), len(encode("go"))
+    assert sorted(plain_calls) == [(0, [n] * 4), (0, [n + rest] * 2)]
+    assert sorted(shared_calls) == [(n - 1, [1] * 4), (n, [rest] * 2)]
+
+
 def test_the_copy_follows_the_weights(module, tmp_path, monkeypatch):
     conversions = []
     original = ct2_lib.convert

@@ -5,7 +5,7 @@ import torch
 
 from paw_lightning.model import LMConfig, load_model, load_tokenizer
 from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.rollout.prefix import PrefixPlan, plan_shared_prefixes
+from paw_lightning.rollout.prefix import PrefixPlan, plan_shared_prefixes, shared_prefix_length
 
 
 A = list(range(100, 140))  # a 40-token prompt head
@@ -38,6 +38,13 @@ def test_plan_is_declined_when_it_saves_too_little():
     rows = [A[:10] + list(range(i * 40, i * 40 + 32)) for i in range(4)]
     assert plan_shared_prefixes(rows) is None
     assert plan_shared_prefixes(rows, min_saving=0.15) is not None
+
+
+def test_shared_prefix_length_of_a_call_leaves_one_token_per_row():
+    assert shared_prefix_length([A + [1], A + [2], A + [3]]) == 40
+    assert shared_prefix_length([A, A, A]) == 39  # identical rows: the last token stays with each
+    assert shared_prefix_length([A + [1], A[:12] + B]) == 12
+    assert shared_prefix_length([A, B]) == 0 and shared_prefix_length([A]) == 0 and shared_prefix_length([[5], [5]]) == 0
 
 
 @pytest.fixture(scope="module")

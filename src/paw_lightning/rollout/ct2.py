@@ -7,7 +7,9 @@ seeding differs: CTranslate2 seeds a generator once (#1757), so a sampler's firs
 all its calls. CTranslate2 decodes the part of a longer prompt beyond a batch's shortest one
 token at a time, so a call is split by prompt length; ``workers`` copies (each on
 ``threads // workers`` threads) decode those calls at once, assigned deterministically and
-seeded ``seed + worker``, so that sampling stays reproducible. With ``token_stats``, log-probs
+seeded ``seed + worker``, so that sampling stays reproducible. The prefix a call's rows share
+(a task group's first-step prompts) is CTranslate2's ``static_prompt``: forwarded once and its
+state repeated across the rows (``share_prefixes``). With ``token_stats``, log-probs
 and entropies come from the copy's logits at temperature 1 (π_engine). One process only (no FSDP2/DDP), no 4-bit base.
 Design notes: docs/design.md#paw_lightningrolloutct2py
 """
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, merged_weights, stopped
+from paw_lightning.rollout.prefix import shared_prefix_length
 
 COMPUTE_TYPES = ("int8", "float32", "int8_float32")
 
@@ -74,11 +77,14 @@ class CT2Engine(RolloutEngine):
         workdir: where the converted copy is written (default: a temporary directory).
         tis_cap: C of the truncated importance weight min(π_old / π_engine, C) on the policy
             loss; ``null``: no correction (``train/rollout/engine_kl`` is logged either way).
+        share_prefixes: forward the prompt prefix that a call's rows share once (CTranslate2's
+            ``static_prompt``; the same samples up to float rounding).
     """
 
     off_policy = True
 
-    def __init__(self, compute_type: str = "int8", threads: int = 0, workers: int = 2, workdir: str | None = None, tis_cap: float | None = 2.0):
+    def __init__(self, compute_type: str = "int8", threads: int = 0, workers: int = 2, workdir: str | None = None, tis_cap: float | None = 2.0,
+                 share_prefixes: bool = True):
         if compute_type not in COMPUTE_TYPES:
             raise ValueError(f"model.engine compute_type must be one of {', '.join(COMPUTE_TYPES)} (got {compute_type!r})")
         if tis_cap is not None and tis_cap < 1:
@@ -86,6 +92,7 @@ class CT2Engine(RolloutEngine):
         if workers < 1:
             raise ValueError(f"model.engine workers must be at least 1 (got {workers})")
         self.compute_type, self.threads, self.workers, self.workdir, self.tis_cap = compute_type, threads, workers, workdir, tis_cap
+        self.share_prefixes = share_prefixes
         self.directory: str | None = None  # the converted copy
 
     def check(self, lm_config, world_size: int) -> None:
@@ -107,15 +114,16 @@ class CT2Engine(RolloutEngine):
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> CT2Sampler:
         """A sampler with the collector's interface on weights of ``version`` (synced first)."""
         self.refresh(lm, tokenizer, version)
-        return CT2Sampler(self.directory, self.compute_type, self.threads, tokenizer, max_new_tokens, token_stats, self.workers)
+        return CT2Sampler(self.directory, self.compute_type, self.threads, tokenizer, max_new_tokens, token_stats, self.workers, self.share_prefixes)
 
 
 class CT2Sampler(GenerationEngine):
     """``GenerationEngine``'s interface on ``workers`` loaded copies of a converted model, loaded
     at the first call; worker ``j`` is seeded with that call's seed + ``j``."""
 
-    def __init__(self, directory: str, compute_type: str, threads: int, tokenizer, max_new_tokens: int, token_stats: bool = False, workers: int = 1):
-        super().__init__(None, tokenizer, max_new_tokens, token_stats)
+    def __init__(self, directory: str, compute_type: str, threads: int, tokenizer, max_new_tokens: int, token_stats: bool = False, workers: int = 1,
+                 share_prefixes: bool = True):
+        super().__init__(None, tokenizer, max_new_tokens, token_stats, share_prefixes)
         self.directory, self.compute_type, self.threads, self.workers = directory, compute_type, threads, workers
         self.generators: list = []
 
@@ -157,8 +165,10 @@ class CT2Sampler(GenerationEngine):
         stats: list[tuple[list[float], list[float]]] = [([], [])] * len(prompt_ids)
         pending = []
         for worker, members in assign_calls(prompt_ids, len(self.generators)):
+            shared = shared_prefix_length([prompt_ids[row] for row in members]) if self.share_prefixes else 0
+            static = {"static_prompt": tok.convert_ids_to_tokens(prompt_ids[members[0]][:shared]), "cache_static_prompt": False} if shared else {}
             results = self.generators[worker].generate_batch(
-                [tok.convert_ids_to_tokens(prompt_ids[row]) for row in members],
+                [tok.convert_ids_to_tokens(prompt_ids[row][shared:]) for row in members],
                 asynchronous=True,  # each generator decodes its own calls in order, all generators at once
                 max_length=max_new_tokens or self.max_new_tokens,
                 sampling_topk=1 if temperature <= 0 else 0,  # 0: the full distribution
@@ -168,6 +178,7 @@ class CT2Sampler(GenerationEngine):
                 return_end_token=True,
                 return_logits_vocab=token_stats is not None,
                 callback=lambda step, members=members: stop_row(step, members[step.batch_id]),
+                **static,  # forwarded once, its state repeated per row; not cached across calls (one state per prefix)
             )
             pending.append((members, results))
         for members, results in pending:

@@ -43,6 +43,14 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def shared_prefix_length(rows: list[list[int]]) -> int:
+    """The length of the prefix all ``rows`` share, capped so that each row keeps one token
+    after it; 0 for fewer than two rows (nothing to share)."""
+    if len(rows) < 2:
+        return 0
+    return max(0, min(min(common_prefix_length(rows[0], row) for row in rows[1:]), min(map(len, rows)) - 1))
+
+
 def plan_shared_prefixes(rows: list[list[int]], min_saving: float = 0.2) -> PrefixPlan | None:
     """The clusters that save the most prompt tokens, or ``None`` if sharing would not save
     ``min_saving`` of the plain prefill's padded tokens (B·W for B rows of width W).
