@@ -20,7 +20,7 @@ process, the methods that do the work:
 
 The optimisation's share of the compute limit, for the real update (the issue's "update
 tokens/s ÷ limit" at the run's own shapes, not train_throughput.py's synthetic step): model
-FLOPs of every micro-batch the trainer runs (``micro_batches`` under ``micro_batch_tokens``),
+FLOPs of every micro-batch the trainer runs (``micro_batches`` under ``micro_batch_tokens`` and ``_rows``),
 over real tokens only (padding excluded): per row of ℓ tokens, 4(N − N_head)·ℓ for the frozen
 linear layers (forward 2, input gradient 2: LoRA computes no base weight gradient), 4·N_head
 per position whose logits the trainer computes (``read_log_softmax`` keeps them from the
@@ -28,7 +28,9 @@ micro-batch's shortest prompt on), and 3·2·n_layers·ℓ²·d_attn for causal 
 once, backward twice); the 6N convention (6 instead of 4) is printed alongside. Divided by
 the optimisation's seconds (forward, backward, clip + optimizer) and by this CPU's measured
 limit, a 2048³ matmul in the dtype the matmuls run in (bfloat16 under ``bf16-mixed`` or with a
-bfloat16 base, else float32; ``train_throughput.cpu_matmul_flops``). Activation
+bfloat16 base, else float32; ``train_throughput.cpu_matmul_flops``), measured after every
+optimizer step (outside the timed parts) and taken as the median: a shared CPU's matmul rate
+drifts by ±20% over minutes, so a limit measured once, before or after, misstates the share. Activation
 checkpointing's recomputation is not counted (model FLOPs, not hardware FLOPs).
 
     python benchmarks/epoch_time_split.py
@@ -47,6 +49,7 @@ import os
 import resource
 import sys
 import tempfile
+import statistics
 import time
 import warnings
 from collections import defaultdict
@@ -76,6 +79,7 @@ T0 = time.perf_counter()
 SECONDS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
 FLOPS: dict[str, float] = defaultdict(float)  # the optimisation's model FLOPs, "4N" (LoRA) and "6N"
+LIMITS: list[float] = []  # this CPU's matmul FLOP/s, measured after each optimizer step
 
 
 def parse_args() -> tuple[argparse.Namespace, list[str]]:
@@ -136,10 +140,8 @@ class OptimisationTimer(Callback):
     """Times each training batch: forward (training_step), backward, clip + optimizer step."""
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        ids = batch["input_ids"]
-        CALLS["optim positions"] += ids.numel()  # what the forward computes, padding included
         CALLS["optim tokens"] += int(batch["attention_mask"].sum())
-        for key, value in update_flops(batch, pl_module.micro_batch_tokens, model_sizes(pl_module.lm)).items():
+        for key, value in update_flops(batch, pl_module.micro_batch_tokens, pl_module.micro_batch_rows, model_sizes(pl_module.lm)).items():
             FLOPS[key] += value
         self.mark = time.perf_counter()
 
@@ -157,14 +159,17 @@ class OptimisationTimer(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._lap("optimizer")
+        LIMITS.append(cpu_matmul_flops(matmul_dtype(pl_module, trainer)))  # beside the step it divides (not timed)
         progress(f"optimizer step {trainer.global_step}: {len(batch['input_ids'])} samples × {batch['input_ids'].shape[1]} tokens")
 
 
-def update_flops(batch: dict, micro_batch_tokens: int | None, sizes: dict) -> dict[str, float]:
+def update_flops(batch: dict, micro_batch_tokens: int | None, micro_batch_rows: int | None, sizes: dict) -> dict[str, float]:
     """Model FLOPs of one optimizer step over its micro-batches (the module docstring's count):
-    ``{"4N": LoRA's, "6N": the 6N convention's}``."""
+    ``{"4N": LoRA's, "6N": the 6N convention's}``; also counts the positions the micro-batches'
+    forwards compute, padding included (``CALLS["optim positions"]``)."""
     flops = {"4N": 0.0, "6N": 0.0}
-    for micro in micro_batches(batch, micro_batch_tokens):
+    for micro in micro_batches(batch, micro_batch_tokens, micro_batch_rows):
+        CALLS["optim positions"] += micro["input_ids"].numel()
         keep_from = int(micro["keep_from"])
         for length in micro["attention_mask"].sum(dim=-1).tolist():
             head_positions = max(length - keep_from + 1, 0)
@@ -174,16 +179,24 @@ def update_flops(batch: dict, micro_batch_tokens: int | None, sizes: dict) -> di
     return flops
 
 
+def matmul_dtype(model, trainer) -> torch.dtype:
+    """The dtype the update's matmuls run in: bfloat16 under ``bf16-mixed`` or with a bfloat16 base."""
+    bf16 = "bf16" in str(trainer.precision) or next(model.lm.parameters()).dtype == torch.bfloat16
+    return torch.bfloat16 if bf16 else torch.float32
+
+
 def update_limit_share(model, trainer, optim_seconds: float) -> str:
-    """The optimisation's model FLOP/s against this CPU's matmul limit in the matmuls' dtype."""
+    """The optimisation's model FLOP/s against this CPU's matmul limit in the matmuls' dtype
+    (the median of the limits measured after each optimizer step)."""
     if not FLOPS["4N"] or optim_seconds <= 0:
         return ""
-    bf16 = "bf16" in str(trainer.precision) or next(model.lm.parameters()).dtype == torch.bfloat16
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    limit = cpu_matmul_flops(dtype)
+    dtype = matmul_dtype(model, trainer)
+    limits = LIMITS or [cpu_matmul_flops(dtype)]
+    limit = statistics.median(limits)
     rate = FLOPS["4N"] / optim_seconds
     return (f"update vs the compute limit: {rate / 1e9:.1f} GFLOP/s of model FLOPs (4N + 3A, real tokens) = {100 * rate / limit:.1f}% of "
-            f"{limit / 1e12:.3f} TFLOP/s (2048³ {str(dtype).removeprefix('torch.')} matmul, {torch.get_num_threads()} threads); "
+            f"{limit / 1e12:.3f} TFLOP/s (2048³ {str(dtype).removeprefix('torch.')} matmul, {torch.get_num_threads()} threads; "
+            f"median of {len(limits)}, {min(limits) / 1e12:.3f}–{max(limits) / 1e12:.3f}); "
             f"at 6N + 3A {100 * FLOPS['6N'] / optim_seconds / limit:.1f}%")
 
 

@@ -62,6 +62,7 @@ SUITES = {
             "merged": ["--trainer.precision=32-true"],
             "after": [],
             "ct2": ["--model.engine=paw_lightning.rollout.ct2.CT2Engine", "--model.old_logprobs=recompute"],
+            "one_row": ["--model.micro_batch_rows=1"],
         },
     },
 }

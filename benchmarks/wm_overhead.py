@@ -2,7 +2,7 @@
 
 The module, data settings and trainer precision are the config's own, built as ``fit``
 builds them (``PawCLI(run=False)``: model dtype, ``trainer.precision``, rollout engine,
-``model.old_logprobs``, advantage estimator, KL coefficient, ``micro_batch_tokens``,
+``model.old_logprobs``, advantage estimator, KL coefficient, ``micro_batch_tokens`` and ``_rows``,
 ``max_grad_norm``, optimizer). Both variants train on the *same* rollout, collected once
 with the config's engine and settings:
 
@@ -14,7 +14,7 @@ Time: one whole update, as the data module and ``training_step`` run it: sample 
 ``prepare_update`` (the scoring pass where the config needs one: π_old unless
 ``old_logprobs: rollout``, π_ref when the KL coefficient is > 0; advantages; S_α and λ_g
 for PaW) and the optimisation over all mini-batches of ``data.mini_batch_size`` (forward
-in the trainer's precision and backward over ``micro_batch_tokens`` micro-batches, gradient
+in the trainer's precision and backward over its micro-batches, gradient
 clipping, optimizer step), from the same LoRA weights and a fresh optimizer. The two variants
 alternate ``--repeats`` times in one process after an untimed update of each; the medians,
 their ratio and each alternated pair's ratio are printed. The paper reports 1.021× per step
@@ -98,7 +98,7 @@ def update(module, data, trajectories, variant: str, start_state: dict, wm_objec
     for i in range(0, len(buffer), size):
         batch = {k: v.to(device) for k, v in buffer.collate(list(range(i, min(i + size, len(buffer))))).items()}
         totals = module.loss_totals(batch)
-        for part in micro_batches(batch, module.micro_batch_tokens):  # as training_step: accumulate over token-budget micro-batches
+        for part in micro_batches(batch, module.micro_batch_tokens, module.micro_batch_rows):  # as training_step: accumulate over micro-batches
             with module.forward_context():
                 loss = module.compute_loss(part, totals).loss
             loss.backward()

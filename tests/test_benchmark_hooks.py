@@ -29,10 +29,11 @@ def test_update_flops_by_hand():
              "keep_from": torch.tensor([1]), "prompt_lengths": torch.tensor([2, 1])}
     # one micro-batch, keep_from 1 (the shortest prompt): heads read 3 and 2 positions
     row3, row2 = 4 * (6 * 3 + 4 * 3) + 3 * 2 * 2 * 9 * 3, 4 * (6 * 2 + 4 * 2) + 3 * 2 * 2 * 4 * 3
-    assert epoch_time_split.update_flops(batch, None, sizes) == {"4N": row3 + row2, "6N": row3 + row2 + 2 * (6 * 3 + 4 * 3) + 2 * (6 * 2 + 4 * 2)}
+    assert epoch_time_split.update_flops(batch, None, None, sizes) == {"4N": row3 + row2, "6N": row3 + row2 + 2 * (6 * 3 + 4 * 3) + 2 * (6 * 2 + 4 * 2)}
     # a 3-token budget: one row per micro-batch; the longer row's keep_from is its own prompt (2): its head reads 2 positions
     row3 = 4 * (6 * 3 + 4 * 2) + 3 * 2 * 2 * 9 * 3
-    assert epoch_time_split.update_flops(batch, 3, sizes)["4N"] == row3 + row2
+    assert epoch_time_split.update_flops(batch, 3, None, sizes)["4N"] == row3 + row2
+    assert epoch_time_split.update_flops(batch, None, 1, sizes)["4N"] == row3 + row2  # one row per micro-batch: the same
 
 
 def test_wm_overhead_compares_two_updates_of_the_configs_module(tiny_model_dir, tmp_path):

@@ -29,7 +29,7 @@ OVERLAYS = [path for paths in FAMILIES.values() for path in paths]
 FAMILY_KEYS = {
     "algorithms": ["model.policy_objective.class_path", "model.policy_objective.init_args.advantage", "model.critic"],
     "objectives": ["model.world_model_objective"],
-    "scale": ["trainer", "model.lm", "model.optimizer", "model.micro_batch_tokens", "model.score_batch_size",
+    "scale": ["trainer", "model.lm", "model.optimizer", "model.micro_batch_tokens", "model.micro_batch_rows", "model.score_batch_size",
               "model.gather_weights_for_generation", "model.engine", "data.rollout.groups", "data.rollout.group_size", "data.rollout.max_steps",
               "data.rollout.max_new_tokens", "data.mini_batch_size", "data.evaluation.groups", "data.evaluation.group_size"],
 }
@@ -88,6 +88,7 @@ def test_overlays_compose_the_same_in_any_order():
     assert config["model.policy_objective.init_args.advantage.class_path"].endswith("RLOO")
     assert config["model.policy_objective.init_args.kl_coef"] == 0.0  # the main job's no-KL recipe survives the algorithm overlay
     assert config["model.world_model_objective"] is None and config["trainer.precision"] == "bf16-mixed"
+    assert config["model.micro_batch_tokens"] == 16384 and config["model.micro_batch_rows"] is None  # a GPU batches the CPU recipe's one-sample micro-batches
 
 
 def test_environment_keyword_overrides_are_typed_values_not_strings():

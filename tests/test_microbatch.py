@@ -28,6 +28,15 @@ def test_split_sorts_by_length_and_packs_within_the_budget():
         split_by_tokens(lengths, 0)
 
 
+def test_a_row_cap_splits_within_the_budget_and_alone():
+    lengths = [5, 9, 3, 9, 2]
+    assert split_by_tokens(lengths, 18, max_rows=2) == [[1, 3], [0, 2], [4]]  # 5, 3, 2 fit 18 but only 2 rows
+    assert split_by_tokens(lengths, None, max_rows=2) == [[1, 3], [0, 2], [4]]  # no token budget: rows only
+    assert split_by_tokens(lengths, 18, max_rows=1) == [[1], [3], [0], [2], [4]]  # each sample unpadded
+    with pytest.raises(ValueError, match="micro_batch_rows must be at least 1"):
+        split_by_tokens(lengths, 18, max_rows=0)
+
+
 def test_take_rows_trims_padding_and_recomputes_keep_from():
     batch = {
         "input_ids": torch.tensor([[1, 2, 3, 4, 5], [6, 7, 0, 0, 0], [8, 9, 1, 0, 0]]),
@@ -70,11 +79,11 @@ def _buffer(module):
     return build_buffer(trajectories, tok)
 
 
-def _accumulate(module, batch, budget):
+def _accumulate(module, batch, budget, max_rows=None):
     """What training_step does before the optimizer step: gradients and metric shares summed over the micro-batches."""
     module.zero_grad(set_to_none=True)
     totals = module.loss_totals(batch)
-    parts = micro_batches(batch, budget)
+    parts = micro_batches(batch, budget, max_rows)
     metrics = {}
     for micro in parts:
         out = module.compute_loss(micro, totals)
@@ -105,8 +114,8 @@ def test_gradients_and_losses_do_not_depend_on_the_split(tiny_model_dir, aggrega
 
     n, expected_grads, expected = _accumulate(module, batch, None)
     assert n == 1 and all(g.abs().max() > 0 for g in expected_grads.values())
-    for n_parts in (2, 4):
-        n, grads, metrics = _accumulate(module, batch, _budget_for(lengths, n_parts))
+    for budget, max_rows, n_parts in ((_budget_for(lengths, 2), None, 2), (_budget_for(lengths, 4), None, 4), (None, 1, len(lengths))):
+        n, grads, metrics = _accumulate(module, batch, budget, max_rows)
         assert n == n_parts
         for name, grad in grads.items():
             torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)  # float32 sums in another order; gradients are ~0.1
@@ -117,10 +126,10 @@ def test_gradients_and_losses_do_not_depend_on_the_split(tiny_model_dir, aggrega
 
 
 def test_fit_with_micro_batches_logs_the_same_losses(tiny_model_dir, tmp_path, monkeypatch):
-    """Through the CLI: one epoch with whole mini-batches and one with a budget below every sample length (one sample per micro-batch)."""
+    """Through the CLI: one epoch with whole mini-batches and one with one sample per micro-batch."""
     monkeypatch.chdir(tmp_path)
     histories = []
-    for name, extra in {"whole": [], "micro": ["--model.micro_batch_tokens=64"]}.items():
+    for name, extra in {"whole": [], "micro": ["--model.micro_batch_tokens=2048", "--model.micro_batch_rows=1"]}.items():
         workdir = tmp_path / name
         workdir.mkdir()
         main(["fit", *tiny_args(tiny_model_dir, workdir, "--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=10", *extra)])

@@ -58,6 +58,10 @@ class PaWModule(LightningModule):
         mini-batch is split into micro-batches of at most this many padded tokens (rows ×
         longest row; a longer sample goes alone) and the gradients accumulate to one
         optimizer step; ``null``: the whole mini-batch at once.
+    micro_batch_rows: at most this many samples per micro-batch as well (``null``: no cap).
+        On a CPU ``1`` is fastest: each sample runs unpadded, and a one-row step there is
+        faster per token than a batched one (measured in docs/scaling.md); on a GPU leave it
+        ``null`` and batch by ``micro_batch_tokens``.
     max_grad_norm: clip the global gradient norm to this before each optimizer step;
         ``null``: no clipping (replaces ``trainer.gradient_clip_val``, which manual
         optimisation does not support).
@@ -98,6 +102,7 @@ class PaWModule(LightningModule):
         score_batch_size: int = 8,
         wm_eval_samples: int = 8,
         micro_batch_tokens: int | None = None,
+        micro_batch_rows: int | None = None,
         max_grad_norm: float | None = None,
         gather_weights_for_generation: bool = False,
         old_logprobs: str = "recompute",
@@ -108,6 +113,8 @@ class PaWModule(LightningModule):
         super().__init__()
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
             raise ValueError(f"model.micro_batch_tokens must be at least 1 or null (got {micro_batch_tokens})")
+        if micro_batch_rows is not None and micro_batch_rows < 1:
+            raise ValueError(f"model.micro_batch_rows must be at least 1 or null (got {micro_batch_rows})")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"model.max_grad_norm must be positive or null (got {max_grad_norm})")
         if old_logprobs not in ("recompute", "rollout"):
@@ -118,6 +125,7 @@ class PaWModule(LightningModule):
             raise ValueError("model.old_logprobs 'rollout' reads π_old from the sampler, which only the hf engine samples with π_θ: use 'recompute' with another engine")
         self.automatic_optimization = False  # training_step accumulates micro-batches itself
         self.micro_batch_tokens = micro_batch_tokens
+        self.micro_batch_rows = micro_batch_rows
         self.max_grad_norm = max_grad_norm
         self.gather_weights_for_generation = gather_weights_for_generation
         self.lm_config = lm or LMConfig()
@@ -248,7 +256,7 @@ class PaWModule(LightningModule):
         """One optimizer step on one mini-batch, accumulated over its micro-batches."""
         optimizer = self.optimizers()
         totals = self.loss_totals(batch)
-        parts = micro_batches(batch, self.micro_batch_tokens)
+        parts = micro_batches(batch, self.micro_batch_tokens, self.micro_batch_rows)
         metrics: dict[str, torch.Tensor] = {}
         with self.clock.phase("update", self.device):
             # every rank runs as many forward/backward passes as the busiest one (FSDP2/DDP collectives):
