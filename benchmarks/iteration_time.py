@@ -26,9 +26,11 @@ sampler (``model.old_logprobs: rollout``). ``main_job``: ``before``: float32 wei
 π_old from the sampler; ``bfloat16``: also ``model.lm.dtype: auto`` (bfloat16 on a CPU with
 AMX or AVX-512 BF16), computing in float32 where the LoRA branch is (``trainer.precision:
 32-true``); ``merged``: also rollouts from a merged copy (``HFEngine(merge_lora=True)``);
-``after``: also ``bf16-mixed`` (autocast), which ``dtype: auto`` now picks for a bfloat16
-base: the main job now; ``ct2``: rollouts from the CTranslate2 int8 engine instead (2
-workers), which needs π_old recomputed (``model.old_logprobs: recompute``).
+``batched``: also ``bf16-mixed`` (autocast), which ``dtype: auto`` now picks for a bfloat16
+base; these five train micro-batches of up to 2048 padded tokens (several samples each,
+``model.micro_batch_rows: null``); ``after``: also one unpadded sample per micro-batch: the
+main job now; ``ct2``: rollouts from the CTranslate2 int8 engine instead (2 workers), which
+needs π_old recomputed (``model.old_logprobs: recompute``).
 """
 from __future__ import annotations
 
@@ -56,13 +58,13 @@ SUITES = {
     "main_job": {
         "configs": lambda args: ["configs/alfworld.yaml"],
         "variants": {
-            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute", "--model.engine.init_args.merge_lora=false"],
-            "float32": ["--model.lm.dtype=float32", "--model.engine.init_args.merge_lora=false"],
-            "bfloat16": ["--model.engine.init_args.merge_lora=false", "--trainer.precision=32-true"],
-            "merged": ["--trainer.precision=32-true"],
+            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute", "--model.engine.init_args.merge_lora=false", "--model.micro_batch_rows=null"],
+            "float32": ["--model.lm.dtype=float32", "--model.engine.init_args.merge_lora=false", "--model.micro_batch_rows=null"],
+            "bfloat16": ["--model.engine.init_args.merge_lora=false", "--trainer.precision=32-true", "--model.micro_batch_rows=null"],
+            "merged": ["--trainer.precision=32-true", "--model.micro_batch_rows=null"],
+            "batched": ["--model.micro_batch_rows=null"],
             "after": [],
             "ct2": ["--model.engine=paw_lightning.rollout.ct2.CT2Engine", "--model.old_logprobs=recompute"],
-            "one_row": ["--model.micro_batch_rows=1"],
         },
     },
 }
