@@ -30,8 +30,9 @@ the optimisation's seconds (forward, backward, clip + optimizer) and by this CPU
 limit, a 2048³ matmul in the dtype the matmuls run in (bfloat16 under ``bf16-mixed`` or with a
 bfloat16 base, else float32; ``train_throughput.cpu_matmul_flops``), measured after every
 optimizer step (outside the timed parts) and taken as the median: a shared CPU's matmul rate
-drifts by ±20% over minutes, so a limit measured once, before or after, misstates the share. Activation
-checkpointing's recomputation is not counted (model FLOPs, not hardware FLOPs).
+drifts by tens of percent over minutes, so a limit measured once, before or after, misstates
+the share. Activation checkpointing's recomputation is not counted (model FLOPs, not
+hardware FLOPs).
 
     python benchmarks/epoch_time_split.py
     python benchmarks/epoch_time_split.py --data.rollout.max_steps=2     # extra args go to the CLI
@@ -47,9 +48,9 @@ import functools
 import logging
 import os
 import resource
+import statistics
 import sys
 import tempfile
-import statistics
 import time
 import warnings
 from collections import defaultdict
