@@ -1,6 +1,7 @@
 """The benchmarks that time the trainer by wrapping its methods still find them (a renamed or
 moved method would otherwise break the benchmark only when someone runs it), the update's
-model-FLOP count by hand, and wm_overhead's two updates and prefix_sharing's two rollouts on the tiny model."""
+model-FLOP count by hand, and wm_overhead's two updates, prefix_sharing's two rollouts and
+micro_batch_rows's two steps on the tiny model."""
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,11 @@ from helpers import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import epoch_time_split  # noqa: E402
+import micro_batch_rows  # noqa: E402
 import prefix_sharing  # noqa: E402
 import wm_overhead  # noqa: E402
+
+from paw_lightning.model import LMConfig, load_model  # noqa: E402
 
 
 def test_epoch_time_split_wraps_methods_that_exist():
@@ -72,3 +76,30 @@ def test_prefix_sharing_compares_the_configs_rollouts(tiny_model_dir, capsys, en
         assert shared[1] < plain[1]
         assert shared[2] == plain[2]
     assert "the same responses in 2 of 2 rollouts" in capsys.readouterr().out
+
+
+def test_micro_batch_rows_times_the_same_work_both_ways(tiny_model_dir, capsys):
+    """Batched (padded) and one sample at a time accumulate the same LoRA gradients, so the
+    benchmark's ratio compares equal work; its table names both ways and their ratio."""
+    torch.manual_seed(0)
+    lm = load_model(LMConfig(name_or_path=str(tiny_model_dir), dtype="float32", lora_r=4))
+    with torch.no_grad():  # a non-zero adapter: lora_A gets gradients too
+        for name, p in lm.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    samples = [torch.randint(0, lm.config.vocab_size, (n,)) for n in (20, 12, 9)]
+    grads = []
+    for parts in ([samples], [[s] for s in samples]):
+        lm.zero_grad(set_to_none=True)
+        for part in parts:
+            micro_batch_rows.step(lm, part, response=4)
+        grads.append({n: p.grad.clone() for n, p in lm.named_parameters() if p.requires_grad})
+    assert grads[0] and all(g.abs().max() > 0 for g in grads[0].values())
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-4, msg=name)  # float32, summed in another order; gradients are ~1
+
+    seconds = micro_batch_rows.main(["--model", str(tiny_model_dir), "--lengths", "20", "12", "9", "--response", "4", "--reps", "2"])
+    assert {name: len(times) for name, times in seconds.items()} == {"batched": 2, "one at a time": 2}
+    out = capsys.readouterr().out
+    assert "3 samples of 20 + 12 + 9 tokens (60 padded, 41 real), forward + backward" in out
+    assert "batched / one at a time:" in out
