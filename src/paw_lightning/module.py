@@ -59,9 +59,10 @@ class PaWModule(LightningModule):
         longest row; a longer sample goes alone) and the gradients accumulate to one
         optimizer step; ``null``: the whole mini-batch at once.
     micro_batch_rows: at most this many samples per micro-batch as well (``null``: no cap).
-        On a CPU ``1`` is fastest: each sample runs unpadded, and a one-row step there is
-        faster per token than a batched one (measured in docs/scaling.md); on a GPU leave it
-        ``null`` and batch by ``micro_batch_tokens``.
+        ``1`` runs each sample unpadded, with the LM head only over its own response and
+        observation: on a CPU, for samples of varied lengths (ALFWorld's), the faster update
+        (measured in docs/scaling.md); on a GPU leave it ``null`` and batch by
+        ``micro_batch_tokens``.
     max_grad_norm: clip the global gradient norm to this before each optimizer step;
         ``null``: no clipping (replaces ``trainer.gradient_clip_val``, which manual
         optimisation does not support).

@@ -3,9 +3,10 @@
 A mini-batch is cut into micro-batches whose padded size (rows × the longest row) stays
 within ``max_tokens`` and whose rows number at most ``max_rows``: the samples, sorted by
 length (longest first), are packed greedily and each micro-batch is trimmed to its longest
-sample; a sample over the budget gets its own. ``max_rows=1`` (one unpadded sample per
-forward/backward) is the fastest on a CPU: no padding is computed, and a 1-row step there is
-faster per token than a batched one even at equal lengths (docs/scaling.md).
+sample; a sample over the budget gets its own. ``max_rows=1`` runs one unpadded sample per
+forward/backward: no padding, and the LM head only from the sample's own prompt on (a
+batch's starts at its shortest prompt); the faster update on a CPU for samples of varied
+lengths, though batching is faster at equal lengths (docs/scaling.md).
 The split changes nothing in the maths (the objectives normalise by the whole mini-batch's
 totals). Under FSDP2/DDP a rank with fewer micro-batches repeats its last one with weight 0.
 
