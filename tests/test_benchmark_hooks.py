@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, redrawn_lora
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -83,17 +83,14 @@ def test_micro_batch_rows_times_the_same_work_both_ways(tiny_model_dir, capsys):
     benchmark's ratio compares equal work; its table names both ways and their ratio."""
     torch.manual_seed(0)
     lm = load_model(LMConfig(name_or_path=str(tiny_model_dir), dtype="float32", lora_r=4))
-    with torch.no_grad():  # a non-zero adapter: lora_A gets gradients too
-        for name, p in lm.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
     samples = [torch.randint(0, lm.config.vocab_size, (n,)) for n in (20, 12, 9)]
     grads = []
-    for parts in ([samples], [[s] for s in samples]):
-        lm.zero_grad(set_to_none=True)
-        for part in parts:
-            micro_batch_rows.step(lm, part, response=4)
-        grads.append({n: p.grad.clone() for n, p in lm.named_parameters() if p.requires_grad})
+    with redrawn_lora(lm, std=0.3):  # a non-zero adapter: lora_A gets gradients too
+        for parts in ([samples], [[s] for s in samples]):
+            lm.zero_grad(set_to_none=True)
+            for part in parts:
+                micro_batch_rows.step(lm, part, response=4)
+            grads.append({n: p.grad.clone() for n, p in lm.named_parameters() if p.requires_grad})
     assert grads[0] and all(g.abs().max() > 0 for g in grads[0].values())
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-4, msg=name)  # float32, summed in another order; gradients are ~1
