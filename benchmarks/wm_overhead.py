@@ -62,7 +62,7 @@ warnings.filterwarnings("ignore")
 import configured
 import torch
 from configured import collect, warm_up
-from machine import machine_load
+from machine import machine_load, peak_rss_bytes, reset_peak_rss, rss_bytes
 
 from paw_lightning.rollout.samples import build_buffer
 from paw_lightning.training.microbatch import micro_batches
@@ -111,23 +111,6 @@ def update(module, data, trajectories, variant: str, start_state: dict, wm_objec
     seconds = time.perf_counter() - start
     observation = sum(int(m.sum()) for m in buffer.obs_mask) if paw else 0
     return seconds, sum(x.numel() for x in buffer.input_ids), observation
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak RSS since start or since :func:`reset_peak_rss` (Linux: VmHWM)."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-
-
-def reset_peak_rss() -> None:
-    """Start a new peak: Linux resets VmHWM to the current RSS on "5" in clear_refs."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def child(args) -> None:

@@ -1,7 +1,7 @@
 """The benchmarks that time the trainer by wrapping its methods still find them (a renamed or
 moved method would otherwise break the benchmark only when someone runs it), the update's
 model-FLOP count by hand, and wm_overhead's two updates, prefix_sharing's two rollouts and
-micro_batch_rows's two steps on the tiny model."""
+micro_batch_rows's two steps and warmup_micro_batches's two warm-ups on the tiny model."""
 from __future__ import annotations
 
 import sys
@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import epoch_time_split  # noqa: E402
 import micro_batch_rows  # noqa: E402
 import prefix_sharing  # noqa: E402
+import warmup_micro_batches  # noqa: E402
 import wm_overhead  # noqa: E402
 
 from paw_lightning.model import LMConfig, load_model  # noqa: E402
@@ -100,3 +101,14 @@ def test_micro_batch_rows_times_the_same_work_both_ways(tiny_model_dir, capsys):
     out = capsys.readouterr().out
     assert "3 samples of 20 + 12 + 9 tokens (60 padded, 41 real), forward + backward" in out
     assert "batched / one at a time:" in out
+
+
+def test_warmup_micro_batches_times_both_ways_on_the_same_demonstrations(tiny_model_dir, capsys):
+    """One demonstration per forward computes exactly the demonstrations' tokens; whole batches
+    compute them plus their padding, on the same demonstration steps."""
+    seconds, positions, lengths = warmup_micro_batches.main(
+        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]", "--warmup", "3",
+         "--epochs", "1", "--reps", "2", "--model.micro_batch_rows=1"])
+    assert all(len(times) == 2 and min(times) > 0 for times in seconds.values())
+    assert len(set(lengths)) > 1 and positions["split"] == sum(lengths) < positions["whole"]
+    assert "whole / split:" in capsys.readouterr().out

@@ -134,6 +134,31 @@ def test_warmup_fits_demonstrations_and_changes_only_lora(tiny_model_dir):
     assert all(p.grad is None for p in module.lm.parameters())  # nothing left for the trainer's optimizer
 
 
+def test_warmup_in_one_demonstration_micro_batches_trains_the_same_weights(tiny_model_dir):
+    """With ``micro_batch_rows: 1`` every forward of the warm-up has one unpadded demonstration,
+    and the epoch losses and the trained LoRA weights are those of whole batches."""
+    datamodule = RolloutDataModule(env="frozenlake", rollout=RolloutSettings(max_steps=3, history_length=1), progress=False)
+
+    def warm_up(rows: int | None):
+        torch.manual_seed(0)
+        module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)), micro_batch_rows=rows)
+        module.configure_model()
+        forwards = []
+        module.lm.register_forward_pre_hook(lambda _, args, kwargs: forwards.append(kwargs["input_ids"].shape), with_kwargs=True)
+        warmup = BehaviourCloningWarmup(demonstrations=3, epochs=2, lr=1e-2, batch_size=3, progress=False)
+        losses = warmup.warm_up(module, datamodule)
+        return losses, {n: p.detach() for n, p in module.lm.named_parameters() if p.requires_grad}, forwards
+
+    whole_losses, whole, whole_forwards = warm_up(None)
+    split_losses, split, split_forwards = warm_up(1)
+    assert max(rows for rows, _ in whole_forwards) == 3
+    assert {rows for rows, _ in split_forwards} == {1} and len(split_forwards) == sum(rows for rows, _ in whole_forwards)
+    assert len({width for _, width in split_forwards}) > 1  # demonstrations of several lengths, each unpadded
+    torch.testing.assert_close(split_losses, whole_losses, rtol=1e-5, atol=0)
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("epoch, ckpt_path", [(1, None), (0, "last.ckpt")])
 def test_warmup_skips_resumed_runs(epoch, ckpt_path, monkeypatch):
     warmup = BehaviourCloningWarmup()

@@ -266,8 +266,10 @@ def token_logprobs(lm, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return scatter_read(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mask, keep_from)
 
 
-def sft_loss(lm, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """Token-mean cross-entropy on the response tokens, and how many tokens it averages."""
+def sft_loss(lm, batch: dict[str, torch.Tensor], tokens: int | None = None) -> tuple[torch.Tensor, int]:
+    """Cross-entropy on the response tokens, summed and divided by ``tokens`` (default: this
+    batch's response tokens, i.e. the token mean; a micro-batch divides by its whole batch's,
+    so the micro-batches' losses add up to the batch's mean), and this batch's response tokens."""
     mask = batch["loss_mask"].float()
     n = int(mask.sum())
-    return -(token_logprobs(lm, batch) * mask).sum() / max(n, 1), n
+    return -(token_logprobs(lm, batch) * mask).sum() / max(n if tokens is None else tokens, 1), n

@@ -33,7 +33,7 @@ from paw_lightning.scale import distributed
 from paw_lightning.scale.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
 from paw_lightning.training import checkpointing
 from paw_lightning.training.memory import peak_memory_gib
-from paw_lightning.training.microbatch import micro_batches
+from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
 from paw_lightning.training.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.training.perf import EpochClock
 
@@ -260,10 +260,7 @@ class PaWModule(LightningModule):
         parts = micro_batches(batch, self.micro_batch_tokens, self.micro_batch_rows)
         metrics: dict[str, torch.Tensor] = {}
         with self.clock.phase("update", self.device):
-            # every rank runs as many forward/backward passes as the busiest one (FSDP2/DDP collectives):
-            # a rank with fewer repeats its last micro-batch with weight 0
-            for k in range(distributed.max_across_ranks(len(parts))):
-                micro, weight = (parts[k], 1.0) if k < len(parts) else (parts[-1], 0.0)
+            for micro, weight in matched_across_ranks(parts):
                 out = self.compute_loss(micro, totals)
                 self.manual_backward(out.loss * weight)
                 for key, value in out.metrics.items():

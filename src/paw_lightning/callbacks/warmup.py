@@ -3,8 +3,10 @@
 At ``on_fit_start`` of a fresh run, plays demonstration episodes on training-split tasks
 (:mod:`paw_lightning.demonstrations`, ``source``: ``expert`` plans, ``random_valid`` or
 ``random_moving`` actions, in the policy's exact format) and fits the LoRA weights to them
-with cross-entropy on the response tokens, with its own AdamW (the trainer's optimizer is untouched). Every rank runs the
-same number of forward/backward passes. With ``cache_dir`` the result is saved under a hash of
+with cross-entropy on the response tokens, with its own AdamW (the trainer's optimizer is untouched). Each batch runs
+in the update's micro-batches (``model.micro_batch_tokens`` and ``micro_batch_rows``: one
+demonstration at a time in the CPU recipes) and every rank runs the same number of
+forward/backward passes. With ``cache_dir`` the result is saved under a hash of
 everything that determines it (``model.init_weights``' bytes included: a warm-up after an RWML
 stage starts from its weights) and loaded by later fits with the same settings, so the runs of
 a comparison start from the same policy. Design notes: docs/design.md#paw_lightningcallbackswarmuppy
@@ -30,6 +32,7 @@ from paw_lightning.progress import progress_bar
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.scale import distributed
 from paw_lightning.training import checkpointing
+from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
 
 
 def file_digest(path: str) -> str:
@@ -114,13 +117,16 @@ class BehaviourCloningWarmup(Callback):
                         chunk = [demos[i] for i in order[k * self.batch_size : (k + 1) * self.batch_size]]
                         batch = collate(chunk, tokenizer.pad_token_id) if chunk else distributed.idle_batch(tokenizer.eos_token_id)
                         batch = {key: v.to(pl_module.device) for key, v in batch.items()}
-                        with forward_context():
-                            loss, n = sft_loss(lm, batch)
+                        n = int(batch["loss_mask"].sum())
                         optimizer.zero_grad(set_to_none=True)
-                        loss.backward()
+                        for micro, weight in matched_across_ranks(self.split(pl_module, batch)):
+                            with forward_context():
+                                loss, _ = sft_loss(lm, micro, tokens=n)  # the micro-batch's share of the batch's mean
+                            (loss * weight).backward()
+                            total += weight * loss.item() * n
                         distributed.average_gradients(params)
                         optimizer.step()
-                        total, tokens = total + loss.item() * n, tokens + n
+                        tokens += n
                         bar.advance()
                     self.losses.append(distributed.sum_across_ranks(total) / max(distributed.sum_across_ranks(tokens), 1))
         finally:
@@ -130,6 +136,14 @@ class BehaviourCloningWarmup(Callback):
         if distributed.rank() == 0:
             print(f"{self.name}: {self.describe(demos)}, {self.epochs} epoch{'s' * (self.epochs != 1)}, loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)")
         return self.losses
+
+    @staticmethod
+    def split(pl_module, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """``batch`` in the micro-batches of the update's settings (``model.micro_batch_tokens``
+        and ``micro_batch_rows``: on a CPU, one unpadded demonstration per forward/backward),
+        the same gradients up to float rounding; a batch that fits whole runs as collated."""
+        parts = micro_batches(batch, getattr(pl_module, "micro_batch_tokens", None), getattr(pl_module, "micro_batch_rows", None))
+        return parts if len(parts) > 1 else [batch]
 
     def describe(self, demos: list[Demonstration]) -> str:
         """What the SFT was fitted on, for the summary line (this rank's ``demos``)."""

@@ -8,13 +8,19 @@ forward/backward: no padding, and the LM head only from the sample's own prompt 
 batch's starts at its shortest prompt); the faster update on a CPU for samples of varied
 lengths, though batching is faster at equal lengths (docs/scaling.md).
 The split changes nothing in the maths (the objectives normalise by the whole mini-batch's
-totals). Under FSDP2/DDP a rank with fewer micro-batches repeats its last one with weight 0.
+totals). Under FSDP2/DDP a rank with fewer micro-batches repeats its last one with weight 0
+(``matched_across_ranks``). The update's training step and the behaviour-cloning warm-up
+both split their batches this way.
 
 Design notes: docs/design.md#paw_lightningtrainingmicrobatchpy
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
+
+from paw_lightning.scale import distributed
 
 
 def split_by_tokens(lengths: list[int], max_tokens: int | None, max_rows: int | None = None) -> list[list[int]]:
@@ -40,7 +46,8 @@ def split_by_tokens(lengths: list[int], max_tokens: int | None, max_rows: int | 
 
 def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
     """The sub-batch of ``rows`` of a right-padded collated batch (``RolloutBuffer.collate``),
-    trimmed to its longest row, with ``keep_from`` (the shortest prompt) recomputed."""
+    trimmed to its longest row, with ``keep_from`` (the shortest prompt) recomputed where the
+    batch has one (a demonstration batch has none: its reader finds its first loss position)."""
     size, width = batch["input_ids"].shape
     index = torch.tensor(rows, dtype=torch.long, device=batch["input_ids"].device)
     keep = int(batch["attention_mask"][index].sum(dim=-1).max())
@@ -53,7 +60,10 @@ def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torc
             if value.dim() >= 2 and value.shape[1] == width:
                 value = value[:, :keep]
         out[key] = value
-    out["keep_from"] = batch["prompt_lengths"][index].min().reshape(1) if "prompt_lengths" in batch else batch["keep_from"]
+    if "prompt_lengths" in batch:
+        out["keep_from"] = batch["prompt_lengths"][index].min().reshape(1)
+    elif "keep_from" in batch:
+        out["keep_from"] = batch["keep_from"]
     return out
 
 
@@ -64,3 +74,11 @@ def micro_batches(batch: dict[str, torch.Tensor], max_tokens: int | None, max_ro
         return [batch]
     lengths = batch["attention_mask"].sum(dim=-1).tolist()
     return [take_rows(batch, rows) for rows in split_by_tokens(lengths, max_tokens, max_rows)]
+
+
+def matched_across_ranks(parts: list[dict[str, torch.Tensor]]) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
+    """``(micro-batch, 1.0)`` for each of ``parts``; under FSDP2/DDP then ``(its last one, 0.0)``
+    until this rank has run as many forward/backward passes as the busiest rank (their
+    collectives must pair up): a loss scaled by the weight adds nothing."""
+    for k in range(distributed.max_across_ranks(len(parts))):
+        yield (parts[k], 1.0) if k < len(parts) else (parts[-1], 0.0)
