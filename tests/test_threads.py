@@ -27,6 +27,19 @@ def test_auto_takes_the_free_cores_and_says_so(monkeypatch, restore_threads):
     assert torch.get_num_threads() == 1
 
 
+@pytest.mark.parametrize("loads,expected", [([1.0, 0.1, 1.0], 2), ([1.0, 0.9, 0.8], 1), ([0.2], 2)])
+def test_a_load_that_leaves_fewer_threads_is_measured_again(monkeypatch, restore_threads, loads, expected):
+    """A spike in the first measurement (a process exiting) does not cost the run a thread; a
+    load that stays does, and an idle machine is measured once."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    measured = iter(loads)
+    monkeypatch.setattr(threads, "busy_cores", lambda interval=0.5: next(measured))
+    line = threads.choose_threads("auto")
+    assert torch.get_num_threads() == expected and f"({min(loads):.1f} busy" in line
+    assert next(measured, None) is None  # every measurement was used, none more
+
+
 def test_the_users_choice_wins(monkeypatch, restore_threads):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(threads, "busy_cores", lambda interval=0.5: pytest.fail("OMP_NUM_THREADS was set: no measurement"))
