@@ -8,8 +8,8 @@ each with the callback's fresh AdamW:
 - ``split``: each batch in the config's micro-batches (the CPU recipes: ``micro_batch_rows: 1``,
   one unpadded demonstration per forward/backward, the LM head from its own first response
   token on);
-- ``whole``: both settings null, one right-padded forward/backward per batch (the warm-up
-  before it followed the micro-batch settings).
+- ``whole``: both settings null, one right-padded forward/backward per batch (every warm-up
+  ran this way before it followed the micro-batch settings).
 
 The two ways alternate ``--reps`` times (which goes first alternates too). Printed: each
 way's median and per-rep seconds, the positions its forwards computed (padding included), the
