@@ -1,7 +1,8 @@
 """The benchmarks that time the trainer by wrapping its methods still find them (a renamed or
 moved method would otherwise break the benchmark only when someone runs it), the update's
 model-FLOP count by hand, and wm_overhead's two updates, prefix_sharing's two rollouts and
-micro_batch_rows's two steps and warmup_micro_batches's two warm-ups on the tiny model."""
+micro_batch_rows's two steps, warmup_micro_batches's two warm-ups and scoring_pass's three
+scoring passes on the tiny model."""
 from __future__ import annotations
 
 import sys
@@ -15,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import epoch_time_split  # noqa: E402
 import micro_batch_rows  # noqa: E402
 import prefix_sharing  # noqa: E402
+import scoring_pass  # noqa: E402
 import warmup_micro_batches  # noqa: E402
 import wm_overhead  # noqa: E402
 
@@ -112,3 +114,15 @@ def test_warmup_micro_batches_times_both_ways_on_the_same_demonstrations(tiny_mo
     assert all(len(times) == 2 and min(times) > 0 for times in seconds.values())
     assert len(set(lengths)) > 1 and positions["split"] == sum(lengths) < positions["whole"]
     assert "whole / split:" in capsys.readouterr().out
+
+
+def test_scoring_pass_times_three_chunkings_of_the_same_samples(tiny_model_dir, capsys):
+    """One sample per forward computes exactly the samples' tokens, forwards grouped by length
+    pad less than neighbours do, and the three give the same π_old up to rounding."""
+    seconds, positions, gaps = scoring_pass.main(
+        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]", "--reps", "2"])
+    assert all(len(times) == 2 and min(times) > 0 for times in seconds.values())
+    assert positions["one"] < positions["by_length"] < positions["neighbours"]
+    assert gaps["one"] == 0.0 and max(gaps.values()) < 1e-4
+    out = capsys.readouterr().out
+    assert "neighbours / by_length:" in out and "one / by_length:" in out

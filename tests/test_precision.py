@@ -13,7 +13,7 @@ from test_rollout_logprobs import sampled_buffer
 
 from paw_lightning import model as model_lib
 from paw_lightning.training.precision import auto_precision, run_device
-from paw_lightning.update import score
+from paw_lightning.update import score, score_chunks
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -41,13 +41,13 @@ def test_the_run_device_follows_the_accelerator(monkeypatch):
 def first_step_logprobs(module, buffer) -> list[torch.Tensor]:
     """π_θ of each sample as the first optimizer step reads it: a forward under the trainer's
     precision (Lightning wraps ``training_step`` in it), in the scoring pass's chunks."""
-    view, size, out = buffer.policy_view(), module.score_batch_size, []
+    view, out = buffer.policy_view(), [None] * len(buffer)
     module.lm.eval()
     with torch.no_grad(), module.forward_context():
-        for start in range(0, len(buffer), size):
-            rows = list(range(start, min(start + size, len(buffer))))
+        for rows in score_chunks([ids.numel() for ids in view.input_ids], module.score_batch_size):
             logprobs = module.token_outputs(view.collate(rows))["logprobs"]
-            out += [logprobs[k, : view.input_ids[i].numel()] for k, i in enumerate(rows)]
+            for k, i in enumerate(rows):
+                out[i] = logprobs[k, : view.input_ids[i].numel()]
     return out
 
 

@@ -112,3 +112,49 @@ def test_vanilla_rl_has_no_selection_and_no_lambda(tiny_model_dir):
     prepare_update(module, buffer)
     assert buffer.wm_selected is None and buffer.wm_lambda is None
     assert {"advantages", "old_logprobs"} <= set(buffer.collate([0, 1])) and "wm_lambda" not in buffer.collate([0, 1])
+
+
+def test_score_chunks_group_the_samples_by_length():
+    assert update_lib.score_chunks([5, 9, 7, 9, 3], 2) == [[1, 3], [2, 0], [4]]  # longest first, ties by index
+    assert update_lib.score_chunks([5, 9, 7], 1) == [[1], [2], [0]]
+    assert update_lib.score_chunks([], 4) == []
+
+
+def test_the_scoring_pass_in_length_groups_stores_each_samples_results_at_its_index(tiny_model_dir):
+    """Forwards of 4 samples of similar length give every sample the π_old, π_ref, entropies and
+    V(h_t) that a forward of it alone gives; each forward holds the next 4 samples by length."""
+    from paw_lightning.objectives import GAE, Critic
+
+    module = make_module(tiny_model_dir, policy_objective=PolicyObjective(kl_coef=0.01, advantage=GAE()), critic=Critic(), score_batch_size=4)
+    with torch.no_grad():
+        module.critic.head.weight.normal_(0, 1.0)  # values that differ per sample
+    forwards = []
+    hook = module.lm.register_forward_pre_hook(lambda _, args, kwargs: forwards.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    grouped = rollout(module)
+    score(module, grouped)
+    hook.remove()
+    lengths = [ids.numel() for ids in grouped.policy_view().input_ids]
+    by_length = sorted(lengths, reverse=True)
+    assert lengths != by_length  # neighbours in the buffer differ in length
+    expected = [(len(rows), rows[0]) for rows in (by_length[k : k + 4] for k in range(0, len(lengths), 4))]  # (rows, longest)
+    assert forwards == [shape for shape in expected for _ in range(2)]  # reference, then policy forward
+    consecutive = sum(len(lengths[k : k + 4]) * max(lengths[k : k + 4]) for k in range(0, len(lengths), 4))
+    assert sum(rows * width for rows, width in expected) < consecutive  # less padding than 4 neighbours per forward
+    alone = rollout(module)
+    module.score_batch_size = 1
+    score(module, alone)
+    for i in range(len(grouped)):
+        assert torch.allclose(grouped.old_logprobs[i], alone.old_logprobs[i], atol=1e-5)
+        assert torch.allclose(grouped.ref_logprobs[i], alone.ref_logprobs[i], atol=1e-5)
+    for name in ("full", "sampled"):
+        assert torch.allclose(grouped.action_entropy[name], alone.action_entropy[name], atol=1e-5)
+    assert torch.allclose(grouped.info.values, alone.info.values, atol=1e-5)
+    assert grouped.info.values.std() > 0
+
+
+def test_score_batch_size_must_be_positive(tiny_model_dir):
+    from paw_lightning.model import LMConfig
+    from paw_lightning.module import PaWModule
+
+    with pytest.raises(ValueError, match="model.score_batch_size must be at least 1"):
+        PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)), score_batch_size=0)

@@ -116,6 +116,8 @@ class PaWModule(LightningModule):
             raise ValueError(f"model.micro_batch_tokens must be at least 1 or null (got {micro_batch_tokens})")
         if micro_batch_rows is not None and micro_batch_rows < 1:
             raise ValueError(f"model.micro_batch_rows must be at least 1 or null (got {micro_batch_rows})")
+        if score_batch_size < 1:
+            raise ValueError(f"model.score_batch_size must be at least 1 (got {score_batch_size})")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"model.max_grad_norm must be positive or null (got {max_grad_norm})")
         if old_logprobs not in ("recompute", "rollout"):

@@ -18,6 +18,7 @@ from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
 from paw_lightning.training.learning_signal import zero_advantage_fraction
+from paw_lightning.training.microbatch import split_by_tokens
 
 
 def prepare_update(module, buffer: RolloutBuffer, max_return: float | None = None) -> dict[str, float]:
@@ -83,8 +84,8 @@ def score(module, buffer: RolloutBuffer) -> None:
     """The scoring pass: π_old log-probs, reference log-probs (adapters disabled, only when
     the KL term needs them), each transition's mean action-token entropy (both estimators of
     :mod:`paw_lightning.objectives.selection`) and, with a critic, V(h_t). Runs on the
-    buffer's :meth:`~RolloutBuffer.policy_view` in chunks of ``module.score_batch_size``;
-    every rank runs the same number of forwards (FSDP2 collectives). Skipped when the rollout
+    buffer's :meth:`~RolloutBuffer.policy_view` in :func:`score_chunks`; every rank runs the
+    same number of forwards (FSDP2 collectives). Skipped when the rollout
     already recorded π_old and the entropies (``model.old_logprobs: rollout``) and neither
     π_ref nor V(h_t) is needed."""
     from_rollout = module.old_logprobs == "rollout"  # the same decision on every rank (collectives)
@@ -106,12 +107,25 @@ def score(module, buffer: RolloutBuffer) -> None:
         module.lm.train(was_training)
 
 
+def score_chunks(lengths: list[int], size: int) -> list[list[int]]:
+    """The samples of each scoring forward: sorted by length (longest first, ties by index),
+    ``size`` per forward. Neighbours in the buffer are steps of one episode, of every length;
+    a forward of similar lengths pads little, and its LM head starts near each row's own
+    prompt (``keep_from``, the forward's shortest prompt). No gradient, so nothing but the
+    rounding depends on which samples share a forward."""
+    return split_by_tokens(lengths, None, size)
+
+
 def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy_forward: bool) -> None:
-    """The forwards of :func:`score`, in chunks of ``module.score_batch_size``."""
+    """The forwards of :func:`score`, in :func:`score_chunks` of ``module.score_batch_size``;
+    each sample's results are stored at its own index."""
     view = buffer.policy_view()  # no world-model segment: π_old, π_ref and entropies are read on actions only
-    size = module.score_batch_size
-    chunks = [list(range(i, min(i + size, len(buffer)))) for i in range(0, len(buffer), size)]
-    old, ref, values, entropy = [], [], [], {"full": [], "sampled": []}
+    lengths = [ids.numel() for ids in view.input_ids]
+    chunks = score_chunks(lengths, module.score_batch_size)
+    n = len(buffer)
+    old, ref, values = [None] * n, [None] * n, torch.zeros(n)
+    entropy = {"full": torch.zeros(n), "sampled": torch.zeros(n)}
+    has_values = False
     for k in range(distributed.max_across_ranks(len(chunks))):
         if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
             idle = distributed.idle_batch(module.tokenizer.eos_token_id, module.device)
@@ -123,22 +137,25 @@ def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy
             continue
         indices = chunks[k]
         batch = {key: v.to(module.device) for key, v in view.collate(indices).items()}
-        lengths = [view.input_ids[i].numel() for i in indices]
         if needs_reference:
             with reference_policy(module.lm):
-                ref_lp = module.token_outputs(batch)["logprobs"]
-            ref += [ref_lp[row, :n].cpu() for row, n in enumerate(lengths)]
+                ref_lp = module.token_outputs(batch)["logprobs"].cpu()
+            for row, i in enumerate(indices):
+                ref[i] = ref_lp[row, : lengths[i]]
         if not policy_forward:
             continue
         outputs = module.token_outputs(batch, entropy=True)
         if "values" in outputs:
-            values.append(outputs["values"].float().cpu())
+            values[indices] = outputs["values"].float().cpu()
+            has_values = True
         for name in entropy:
-            entropy[name].append(transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu())
-        old += [outputs["logprobs"][row, :n].cpu() for row, n in enumerate(lengths)]
-    buffer.ref_logprobs = ref
-    if values:
-        buffer.info.values = torch.cat(values)
+            entropy[name][indices] = transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).float().cpu()
+        logprobs = outputs["logprobs"].cpu()
+        for row, i in enumerate(indices):
+            old[i] = logprobs[row, : lengths[i]]
+    buffer.ref_logprobs = ref if needs_reference else []
+    if has_values:
+        buffer.info.values = values
     if policy_forward:
         buffer.old_logprobs = old
-        buffer.action_entropy = {name: torch.cat(parts) if parts else torch.zeros(0) for name, parts in entropy.items()}
+        buffer.action_entropy = entropy
