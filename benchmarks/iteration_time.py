@@ -22,7 +22,8 @@ Variants (``SUITES``). ``learning``: ``before``: verl-agent's prompt with K = 2 
 grid + coordinates observation and π_old recomputed by a scoring forward; ``after``: the
 learning overlay's settings: the compact prompt, K = 0, coordinates only, π_old from the
 sampler (``model.old_logprobs: rollout``). ``main_job``: ``before``: float32 weights and
-π_old recomputed by a scoring forward (the main job when issue 16 was filed); ``float32``:
+π_old recomputed by scoring forwards of 8 samples (the main job when issue 16 was filed, but
+its forwards now grouped by length); ``float32``:
 π_old from the sampler; ``bfloat16``: also ``model.lm.dtype: auto`` (bfloat16 on a CPU with
 AMX or AVX-512 BF16), computing in float32 where the LoRA branch is (``trainer.precision:
 32-true``); ``merged``: also rollouts from a merged copy (``HFEngine(merge_lora=True)``);
@@ -30,7 +31,8 @@ AMX or AVX-512 BF16), computing in float32 where the LoRA branch is (``trainer.p
 base; these five train micro-batches of up to 2048 padded tokens (several samples each,
 ``model.micro_batch_rows: null``); ``after``: also one unpadded sample per micro-batch: the
 main job now; ``ct2``: rollouts from the CTranslate2 int8 engine instead (2 workers), which
-needs π_old recomputed (``model.old_logprobs: recompute``).
+needs π_old recomputed (``model.old_logprobs: recompute``; its scoring pass one sample per
+forward, as the recipe's ``score_batch_size: 1`` sets).
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ SUITES = {
     "main_job": {
         "configs": lambda args: ["configs/alfworld.yaml"],
         "variants": {
-            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute", "--model.engine.init_args.merge_lora=false", "--model.micro_batch_rows=null"],
+            "before": ["--model.lm.dtype=float32", "--model.old_logprobs=recompute", "--model.score_batch_size=8", "--model.engine.init_args.merge_lora=false",
+                       "--model.micro_batch_rows=null"],
             "float32": ["--model.lm.dtype=float32", "--model.engine.init_args.merge_lora=false", "--model.micro_batch_rows=null"],
             "bfloat16": ["--model.engine.init_args.merge_lora=false", "--trainer.precision=32-true", "--model.micro_batch_rows=null"],
             "merged": ["--trainer.precision=32-true", "--model.micro_batch_rows=null"],

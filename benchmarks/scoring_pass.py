@@ -5,10 +5,10 @@ training rollout of its groups is collected with its engine (``configured.collec
 turned into the update's samples (``build_buffer``). ``update.score`` then runs on those
 samples, each way in turn:
 
-- ``neighbours``: ``model.score_batch_size`` consecutive samples of the buffer per forward
-  (the scoring pass before it grouped by length): the steps of one episode, of every length;
-- ``by_length``: ``score_batch_size`` samples per forward, sorted by length
-  (``update.score_chunks``, the scoring pass now);
+- ``neighbours``: ``--batch`` consecutive samples of the buffer per forward (the scoring pass
+  before it grouped by length): the steps of one episode, of every length;
+- ``by_length``: ``--batch`` samples per forward, sorted by length (``update.score_chunks``,
+  the scoring pass now with ``model.score_batch_size`` > 1);
 - ``one``: one sample per forward (``score_batch_size: 1``): no padding, the LM head from the
   sample's own prompt on.
 
@@ -21,7 +21,7 @@ too). Printed: each way's median and per-rep seconds, the positions its forwards
 and the median of the per-pair ratios to ``by_length``.
 
     python benchmarks/scoring_pass.py --threads 2                 # the main job's rollout (configs/alfworld.yaml)
-    python benchmarks/scoring_pass.py --config configs/frozenlake.yaml --reps 5
+    python benchmarks/scoring_pass.py --config configs/frozenlake.yaml --threads 2   # with the KL term's π_ref forward
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def neighbours(lengths: list[int], size: int) -> list[list[int]]:
 
 
 def run(module, buffer, way: str, size: int) -> tuple[float, int]:
-    """One scoring pass of ``buffer`` the ``way`` given: seconds and the positions its forwards computed."""
+    """One scoring pass of ``buffer`` the ``way`` given (``size`` samples per forward but in
+    ``one``): seconds and the positions its forwards computed."""
     update.score_chunks = neighbours if way == "neighbours" else GROUPED
     module.score_batch_size = 1 if way == "one" else size
     positions = []
@@ -68,7 +69,6 @@ def run(module, buffer, way: str, size: int) -> tuple[float, int]:
     finally:
         hook.remove()
         update.score_chunks = GROUPED
-        module.score_batch_size = size
     return time.perf_counter() - began, sum(positions)
 
 
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> tuple[dict[str, list[float]], dict[st
     """Runs the comparison; each way's seconds per rep, positions computed and gap from ``one``."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p, ROOT / "configs" / "alfworld.yaml")
+    p.add_argument("--batch", type=int, default=8, help="samples per forward of neighbours and by_length (default: 8, base.yaml's score_batch_size)")
     p.add_argument("--reps", type=int, default=3, help="timed alternations (default: 3)")
     args, args.extra = p.parse_known_args(argv)
     if not any(a.startswith("--model.old_logprobs") for a in args.extra):
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> tuple[dict[str, list[float]], dict[st
         began = time.perf_counter()
         buffer = build_buffer(collect(module, data), module.tokenizer, data.rollout.max_obs_tokens, world_model=module.world_model_objective is not None)
         print(f"rollout: {len(buffer)} samples in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-        size = module.score_batch_size
+        size = args.batch
         seconds: dict[str, list[float]] = {way: [] for way in WAYS}
         positions, logprobs = {}, {}
         for way in WAYS:  # untimed: first-call costs, and each way's log-probs
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> tuple[dict[str, list[float]], dict[st
             gaps[way] = action_gap(buffer, logprobs["one"])
     lengths = sorted(ids.numel() for ids in buffer.policy_view().input_ids)
     forwards = 2 if module.policy_objective.needs_reference else 1
-    print(f"{args.config.name}: {len(lengths)} samples of {lengths[0]}-{lengths[-1]} tokens ({sum(lengths)} in all), score_batch_size {size}, "
+    print(f"{args.config.name}: {len(lengths)} samples of {lengths[0]}-{lengths[-1]} tokens ({sum(lengths)} in all), {size} per batched forward, "
           f"{forwards} forward(s) per chunk; {module.lm.dtype}, {torch.get_num_threads()} threads, {machine_load()}")
     for way in WAYS:
         print(f"{way:>10}: {statistics.median(seconds[way]):7.2f} s (per rep {', '.join(f'{t:.2f}' for t in seconds[way])}), "

@@ -120,7 +120,7 @@ def test_scoring_pass_times_three_chunkings_of_the_same_samples(tiny_model_dir, 
     """One sample per forward computes exactly the samples' tokens, forwards grouped by length
     pad less than neighbours do, and the three give the same π_old up to rounding."""
     seconds, positions, gaps = scoring_pass.main(
-        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]", "--reps", "2"])
+        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]", "--batch", "4", "--reps", "2"])
     assert all(len(times) == 2 and min(times) > 0 for times in seconds.values())
     assert positions["one"] < positions["by_length"] < positions["neighbours"]
     assert gaps["one"] == 0.0 and max(gaps.values()) < 1e-4

@@ -51,7 +51,8 @@ class PaWModule(LightningModule):
         advantage estimator that reads values (GAE).
     world_model_objective: next-observation loss on the same weights; ``null`` for vanilla RL.
     optimizer: built over the trainable (LoRA) parameters only.
-    score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference).
+    score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference),
+        grouped by length (``update.score_chunks``); the CPU recipes set 1.
     wm_eval_samples: validation transitions per rank whose next observation is predicted
         free-running (greedy) and scored with exact match and character error rate.
     micro_batch_tokens: token budget of one forward/backward of a training step: the

@@ -123,9 +123,9 @@ def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy
     lengths = [ids.numel() for ids in view.input_ids]
     chunks = score_chunks(lengths, module.score_batch_size)
     n = len(buffer)
-    old, ref, values = [None] * n, [None] * n, torch.zeros(n)
+    old, ref = [None] * n, [None] * n
+    values = torch.zeros(n) if module.critic is not None else None
     entropy = {"full": torch.zeros(n), "sampled": torch.zeros(n)}
-    has_values = False
     for k in range(distributed.max_across_ranks(len(chunks))):
         if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
             idle = distributed.idle_batch(module.tokenizer.eos_token_id, module.device)
@@ -145,16 +145,15 @@ def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy
         if not policy_forward:
             continue
         outputs = module.token_outputs(batch, entropy=True)
-        if "values" in outputs:
+        if values is not None:
             values[indices] = outputs["values"].float().cpu()
-            has_values = True
         for name in entropy:
-            entropy[name][indices] = transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).float().cpu()
+            entropy[name][indices] = transition_entropy(outputs["entropy"], outputs["logprobs"], batch["action_mask"], name).cpu()
         logprobs = outputs["logprobs"].cpu()
         for row, i in enumerate(indices):
             old[i] = logprobs[row, : lengths[i]]
     buffer.ref_logprobs = ref if needs_reference else []
-    if has_values:
+    if values is not None:
         buffer.info.values = values
     if policy_forward:
         buffer.old_logprobs = old
