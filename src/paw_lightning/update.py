@@ -124,8 +124,8 @@ def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy
     chunks = score_chunks(lengths, module.score_batch_size)
     n = len(buffer)
     old, ref = [None] * n, [None] * n
-    values = torch.zeros(n) if module.critic is not None else None
-    entropy = {"full": torch.zeros(n), "sampled": torch.zeros(n)}
+    values = torch.zeros(n, dtype=torch.float32) if module.critic is not None else None
+    entropy = {name: torch.zeros(n, dtype=torch.float32) for name in ("full", "sampled")}  # the default dtype may be bfloat16 (bf16-true)
     for k in range(distributed.max_across_ranks(len(chunks))):
         if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
             idle = distributed.idle_batch(module.tokenizer.eos_token_id, module.device)
