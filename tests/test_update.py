@@ -9,7 +9,9 @@ import pytest
 import torch
 
 import paw_lightning.update as update_lib
-from paw_lightning.objectives import ClippedMAE, FixedLambda, PolicyObjective, RewardAdaptiveLambda
+from paw_lightning.model import LMConfig
+from paw_lightning.module import PaWModule
+from paw_lightning.objectives import GAE, ClippedMAE, Critic, FixedLambda, PolicyObjective, RewardAdaptiveLambda
 from paw_lightning.update import prepare_update, score
 
 from test_module import make_module, rollout
@@ -123,8 +125,6 @@ def test_score_chunks_group_the_samples_by_length():
 def test_the_scoring_pass_in_length_groups_stores_each_samples_results_at_its_index(tiny_model_dir):
     """Forwards of 4 samples of similar length give every sample the π_old, π_ref, entropies and
     V(h_t) that a forward of it alone gives; each forward holds the next 4 samples by length."""
-    from paw_lightning.objectives import GAE, Critic
-
     module = make_module(tiny_model_dir, policy_objective=PolicyObjective(kl_coef=0.01, advantage=GAE()), critic=Critic(), score_batch_size=4)
     with torch.no_grad():
         module.critic.head.weight.normal_(0, 1.0)  # values that differ per sample
@@ -153,8 +153,5 @@ def test_the_scoring_pass_in_length_groups_stores_each_samples_results_at_its_in
 
 
 def test_score_batch_size_must_be_positive(tiny_model_dir):
-    from paw_lightning.model import LMConfig
-    from paw_lightning.module import PaWModule
-
     with pytest.raises(ValueError, match="model.score_batch_size must be at least 1"):
         PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir)), score_batch_size=0)
