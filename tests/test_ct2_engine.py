@@ -172,7 +172,7 @@ def test_refusals_name_the_fix(tiny_model_dir):
         CT2Engine("int4")
     with pytest.raises(ValueError, match="workers"):
         CT2Engine(workers=0)
-    with pytest.raises(ValueError, match="recompute"):
+    with pytest.raises(ValueError, match="with CT2Engine set model.old_logprobs: recompute"):
         make_module(tiny_model_dir, engine=CT2Engine(), old_logprobs="rollout")
 
 
