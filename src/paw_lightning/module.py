@@ -126,7 +126,7 @@ class PaWModule(LightningModule):
         self.old_logprobs = old_logprobs
         self.engine = engine or HFEngine()
         if old_logprobs == "rollout" and self.engine.off_policy:
-            raise ValueError(f"model.old_logprobs 'rollout' reads π_old from the sampler, which only the hf engine samples with π_θ: "
+            raise ValueError("model.old_logprobs 'rollout' reads π_old from the sampler, which only the hf engine samples with π_θ: "
                              f"with {type(self.engine).__name__} set model.old_logprobs: recompute (--model.old_logprobs=recompute)")
         self.automatic_optimization = False  # training_step accumulates micro-batches itself
         self.micro_batch_tokens = micro_batch_tokens

@@ -123,7 +123,8 @@ def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy
     lengths = [ids.numel() for ids in view.input_ids]
     chunks = score_chunks(lengths, module.score_batch_size)
     n = len(buffer)
-    old, ref = [None] * n, [None] * n if needs_reference else []
+    old = [None] * n
+    ref = [None] * n if needs_reference else []
     values = torch.zeros(n, dtype=torch.float32) if module.critic is not None else None
     entropy = {name: torch.zeros(n, dtype=torch.float32) for name in ("full", "sampled")}  # the default dtype may be bfloat16 (bf16-true)
     for k in range(distributed.max_across_ranks(len(chunks))):
