@@ -55,9 +55,8 @@ def collect(module, data, epoch: int = 0):
     """One training rollout of the config's groups with its engine, as the data module plays
     it in ``epoch`` (its tasks and sampling seed)."""
     rollout = data.rollout
-    token_stats = module.old_logprobs == "rollout" or module.engine.off_policy
     with EnvPool(data.env_factory, rollout.groups * rollout.group_size) as pool:
-        collector = Collector(pool, module.sampler(rollout.max_new_tokens, token_stats=token_stats), data.prompt, rollout.max_steps, rollout.invalid_penalty)
+        collector = Collector(pool, module.sampler(rollout.max_new_tokens, token_stats=module.records_token_stats), data.prompt, rollout.max_steps, rollout.invalid_penalty)
         tasks = [(g, derive_seed(data.seed, "train", epoch, g)) for g in range(rollout.groups)]
         with module.generating():
             return collector.collect(tasks, rollout.group_size, rollout.temperature, derive_seed(data.seed, "sample", epoch, 0), "rollout", progress=False)

@@ -10,8 +10,8 @@ process, the methods that do the work:
 - rollout:        ``Collector.collect`` (of which ``GenerationEngine.generate`` = the LM
                   sampling; the rest is prompt building, action parsing, env steps)
 - scoring pass:   ``update.score`` (π_old and reference log-probs, entropies)
-- other data:     the rest of ``RolloutDataModule.train_dataloader`` (sample building,
-                  advantages, world-model selection)
+- other data:     the rest of ``RolloutDataModule.train_dataloader`` (sample building) and of
+                  ``PaWModule.on_train_epoch_start`` (advantages, world-model selection)
 - optimisation:   ``on_train_batch_start`` → ``on_train_batch_end`` of a Callback, split at
                   ``on_before_backward`` / ``on_after_backward`` into forward (training_step),
                   backward, and gradient clipping + optimizer step
@@ -131,6 +131,7 @@ def timed(owner, name: str, key: str, describe=None) -> None:
 HOOKS = [  # (owner, attribute, part, progress detail from (args, result)): what timed() wraps
     (PaWModule, "configure_model", "model load", None),
     (RolloutDataModule, "train_dataloader", "train_dataloader", None),
+    (PaWModule, "on_train_epoch_start", "prepare update", None),
     (Collector, "collect", "rollout", lambda a, r: f"{len(r)} episodes, {sum(len(s.response_ids) for t in r for s in t.steps)} tokens"),
     (GenerationEngine, "generate", "generate", lambda a, r: f"batch {len(r)}, {sum(len(g.response_ids) for g in r)} tokens"),
     (update, "score", "scoring pass", lambda a, r: f"{len(a[1])} samples"),
@@ -265,13 +266,14 @@ def scoring_positions(buffer, batch_size: int) -> tuple[int, int]:
 
 
 def report(args, cli, fit_s: float, build_s: float, load_at_start: str, interrupted: bool) -> None:
-    data, model, trainer, buffer = cli.datamodule, cli.model, cli.trainer, cli.datamodule.buffer
+    played = cli.datamodule.played.get("train")
+    data, model, trainer, buffer = cli.datamodule, cli.model, cli.trainer, played.samples if played is not None else None
     trajs = buffer.trajectories if buffer is not None else []
     steps = [s for t in trajs for s in t.steps]
     gen_tokens = sum(len(s.response_ids) for s in steps)
     sample_tokens = sum(x.numel() for x in buffer.input_ids) if buffer is not None else 0
     optim = SECONDS["forward"] + SECONDS["backward"] + SECONDS["optimizer"]
-    other_data = SECONDS["train_dataloader"] - SECONDS["rollout"] - SECONDS["scoring pass"]
+    other_data = SECONDS["train_dataloader"] + SECONDS["prepare update"] - SECONDS["rollout"] - SECONDS["scoring pass"]
 
     def rate(n: float, seconds: float, unit: str) -> str:
         return f"{n / seconds:.1f} {unit}" if n and seconds > 1e-3 else ""
@@ -287,7 +289,7 @@ def report(args, cli, fit_s: float, build_s: float, load_at_start: str, interrup
         ("  of which forward", SECONDS["forward"], ""),
         ("  of which backward", SECONDS["backward"], ""),
         ("  of which clip + optimizer", SECONDS["optimizer"], ""),
-        ("other (trainer, MLflow, ...)", fit_s - SECONDS["model load"] - SECONDS["train_dataloader"] - optim, ""),
+        ("other (trainer, MLflow, ...)", fit_s - SECONDS["model load"] - SECONDS["train_dataloader"] - SECONDS["prepare update"] - optim, ""),
     ]
 
     print(f"\nconfig {Path(args.config).name}, model {args.model!r}, 1 epoch (validation and {'' if args.keep_checkpoint else 'checkpointing '}off); "

@@ -65,7 +65,7 @@ def run(module, buffer, way: str, size: int) -> tuple[float, int]:
     hook = module.lm.register_forward_pre_hook(lambda _, args, kwargs: positions.append(kwargs["input_ids"].numel()), with_kwargs=True)
     began = time.perf_counter()
     try:
-        update.score(module, buffer)
+        update.score(module.update_inputs(), buffer)
     finally:
         hook.remove()
         update.score_chunks = GROUPED

@@ -91,7 +91,7 @@ def update(module, data, trajectories, variant: str, start_state: dict, wm_objec
     device = module.device
     start = time.perf_counter()
     buffer = build_buffer(trajectories, module.tokenizer, data.rollout.max_obs_tokens, world_model=paw)
-    prepare_update(module, buffer, data.max_return)  # scoring pass where needed, advantages; PaW: S_α (unselected transitions lose their observation), λ_g
+    prepare_update(module.update_inputs(), buffer, data.max_return)  # scoring pass where needed, advantages; PaW: S_α (unselected transitions lose their observation), λ_g
     if after_prepare is not None:
         after_prepare()
     size = data.mini_batch_size

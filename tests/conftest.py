@@ -1,4 +1,8 @@
-"""Shared fixtures: a tiny random chat model written once per test session."""
+"""Shared fixtures: a tiny random chat model written once per test session, its tokenizer,
+and a configured module on it. Builders and other helpers are in helpers.py.
+
+Markers: a test that runs a fit or starts a process is ``slow`` (see test_markers.py);
+``python -m pytest -m "not slow"`` is the fast loop."""
 
 from pathlib import Path
 
@@ -12,6 +16,25 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of a tiny LlamaForCausalLM + char-level ChatML tokenizer (seed 0);
     load it with `LMConfig(name_or_path=str(tiny_model_dir))`."""
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    """The tiny model's tokenizer (read-only in the tests)."""
+    from paw_lightning.model import LMConfig, load_tokenizer
+
+    return load_tokenizer(LMConfig(name_or_path=str(tiny_model_dir)))
+
+
+@pytest.fixture(scope="module")
+def module(tiny_model_dir):
+    """``helpers.make_module`` (non-zero LoRA) in eval mode, one per test file: tests may change
+    its weights only inside a block that restores them (``helpers.redrawn_lora``)."""
+    from helpers import make_module
+
+    module = make_module(tiny_model_dir)
+    module.lm.eval()
+    return module
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,6 @@
-"""Helpers for the end-to-end tests: CLI arguments for tiny runs and MLflow read-back."""
+"""Helpers shared by the tests (fixtures are in conftest.py): CLI arguments for tiny runs,
+MLflow read-back, subprocess fits, an MLflow server, and builders of the tiny module and its
+rollouts. Test files import from here, never from one another."""
 from __future__ import annotations
 
 import contextlib
@@ -129,3 +131,70 @@ def redrawn_lora(lm, std: float = 0.5):
         with torch.no_grad():
             for p, value in zip(lora_b, saved):
                 p.copy_(value)
+
+
+# ----------------------------------------------------------------- the tiny module, no Trainer
+def make_module(tiny_model_dir, dtype: str = "float32", **kwargs):
+    """A configured ``PaWModule`` on the tiny model whose LoRA B weights are drawn from N(0, 0.5²):
+    a non-zero adapter, so the reference policy differs from π_θ."""
+    from paw_lightning.model import LMConfig
+    from paw_lightning.module import PaWModule
+
+    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir), dtype=dtype), **kwargs)
+    module.configure_model()
+    with torch.no_grad():
+        for name, p in module.lm.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return module
+
+
+def rollout(module, n_groups=2, steps=3):
+    """A hand-built buffer: ``n_groups`` groups × 2 episodes × ``steps`` steps; episode e of a
+    group gets reward e on every step (returns 0 and ``steps``)."""
+    from paw_lightning.rollout.collector import Step, Trajectory
+    from paw_lightning.rollout.engine import chat_prompt_ids
+    from paw_lightning.rollout.samples import build_buffer
+
+    tok = module.tokenizer
+    trajs = []
+    for g in range(n_groups):
+        for e in range(2):
+            traj = Trajectory(g, 2 * g + e, g)
+            for t in range(steps):
+                response = tok.encode(f"<think>{'ab' * (t + e)}</think><action>Up</action>", add_special_tokens=False)
+                traj.steps.append(Step(f"o{t}", chat_prompt_ids(tok, f"task {g} step {t}"), response, "", "Up", float(e), f"obs {g} {t}\n_P_", t == steps - 1))
+            trajs.append(traj)
+    return build_buffer(trajs, tok)
+
+
+def sampled_buffer(module, token_stats=True):
+    """Four FrozenLake episodes (maps of different sizes: prompts of different lengths, so the
+    generation batch is left-padded) of up to two steps, sampled at temperature 0.7 (in-process
+    environments)."""
+    from paw_lightning.envs import EnvPool, make_env_factory
+    from paw_lightning.rollout.collector import Collector
+    from paw_lightning.rollout.engine import GenerationEngine
+    from paw_lightning.rollout.prompts import PromptBuilder
+    from paw_lightning.rollout.samples import build_buffer
+
+    pool = EnvPool(make_env_factory("frozenlake"), 4)
+    engine = GenerationEngine(module.lm, module.tokenizer, max_new_tokens=6, token_stats=token_stats)
+    collector = Collector(pool, engine, PromptBuilder("FrozenLake", history_length=1), max_steps=2, invalid_penalty=-0.1)
+    with module.generating():
+        trajectories = collector.collect([(0, 3), (1, 8)], group_size=2, temperature=0.7, seed=0, progress=False)
+    pool.close()
+    return build_buffer(trajectories, module.tokenizer)
+
+
+class CountingReference:
+    """Stands in for ``update.reference_policy``: counts its uses, then disables the adapter."""
+
+    def __init__(self):
+        self.calls = 0
+
+    @contextlib.contextmanager
+    def __call__(self, model):
+        self.calls += 1
+        with model.disable_adapter():
+            yield

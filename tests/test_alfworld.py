@@ -265,6 +265,7 @@ def test_alfworlds_own_tools_run_on_generated_games(monkeypatch):
     assert state["won"]
 
 
+@pytest.mark.slow
 def test_registry_builds_alfworld_lazily():
     code = "import sys, paw_lightning, paw_lightning.envs; print('textworld' in sys.modules, 'alfworld' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

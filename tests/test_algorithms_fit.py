@@ -7,6 +7,8 @@ from paw_lightning.cli import main
 
 from helpers import ROOT, mlflow_runs, tiny_args
 
+pytestmark = pytest.mark.slow  # every test runs a fit
+
 DIAGNOSTICS = ["train/policy/clip_frac", "train/policy/approx_kl", "train/policy/entropy", "train/policy/advantage_mean",
                "train/policy/advantage_std", "train/policy/kl"]
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
-from helpers import metric_history, mlflow_runs, tiny_args
-from test_module import make_module
-from test_rollout_logprobs import sampled_buffer
+from helpers import make_module, metric_history, mlflow_runs, sampled_buffer, tiny_args
 
 from paw_lightning import model as model_lib
 from paw_lightning.cli import PawCLI
@@ -28,6 +27,7 @@ def test_auto_is_bfloat16_only_where_the_hardware_multiplies_it(monkeypatch):
     assert weights_dtype("float32") == torch.float32 and weights_dtype("bfloat16") == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_bfloat16_base_stays_frozen_while_float32_lora_trains_under_bf16_mixed(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(model_lib, "native_bf16", lambda device: True)  # whatever CPU runs the test
@@ -55,7 +55,7 @@ def test_bfloat16_sampler_logprobs_are_close_to_the_scoring_forward(tiny_model_d
     module = make_module(tiny_model_dir, dtype="bfloat16")  # a non-zero adapter, as the float32 test's
     buffer = sampled_buffer(module)
     sampler_old = list(buffer.sampler_logprobs)
-    score(module, buffer)
+    score(module.update_inputs(), buffer)
     gaps = torch.cat([(a - b)[m[: a.numel()]].abs() for a, b, m in zip(sampler_old, buffer.old_logprobs, buffer.action_mask)])
     assert gaps.numel() > 10
     print(f"bfloat16 |log π_sampler − log π_scoring|: mean {gaps.mean():.4f}, max {gaps.max():.4f}")

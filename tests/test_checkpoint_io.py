@@ -29,6 +29,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_kill_mid_write_leaves_a_whole_checkpoint(tmp_path):
     """A process rewriting a 32 MB checkpoint in a loop is killed (SIGKILL) at 10 random moments:
     every time, the file loads and is one whole version (its tensor all that version), and no
@@ -74,6 +75,7 @@ def test_read_only_directory_is_one_clear_error(tmp_path, monkeypatch):
         DurableCheckpointIO().save_checkpoint({"epoch": 1}, tmp_path / "sub" / "last.ckpt")
 
 
+@pytest.mark.slow
 def test_fit_stops_with_one_line_when_the_disk_fills(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """The first epoch's checkpoints are written; at the second the disk is "full": the fit exits
     with code 1 and one error line, and last.ckpt still holds the first epoch."""

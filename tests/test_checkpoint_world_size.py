@@ -63,6 +63,7 @@ def last_loss(workdir):
     return metric_history(client, runs[-1], "train/loss")[-1]
 
 
+@pytest.mark.slow
 def test_checkpoints_resume_across_world_sizes(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     single = tmp_path / "single"  # the reference: 1 process, 2 epochs, a checkpoint after each

@@ -8,6 +8,8 @@ import pytest
 
 from helpers import ROOT, tiny_args
 
+pytestmark = pytest.mark.slow  # every test runs the CLI in a subprocess
+
 
 def run_cli(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "paw_lightning", *args], cwd=cwd, capture_output=True, text=True, timeout=300)

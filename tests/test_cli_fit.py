@@ -1,12 +1,15 @@
 """End to end through the CLI entry point on FrozenLake with the tiny model."""
 from __future__ import annotations
 
+import pytest
 import torch
 from lightning.pytorch import Callback
 
 from paw_lightning.cli import PawCLI, main
 
 from helpers import ROOT, metric_history, mlflow_runs, tiny_args
+
+pytestmark = pytest.mark.slow  # every test runs a fit
 
 
 class ProgressBarMetrics(Callback):
@@ -45,7 +48,7 @@ def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monke
     # where the last iteration's time went: seconds per phase, tokens/s = this rollout's tokens / seconds
     perf = {key: metric_history(client, run, f"train/perf/{key}") for key in ("rollout_s", "scoring_s", "update_s", "rollout_tokens_per_s", "update_tokens_per_s")}
     assert all(len(values) == 2 and min(values) > 0 for values in perf.values()), perf
-    buffer = cli.datamodule.buffer  # the last update's samples, as trained (unselected transitions cut after the response)
+    buffer = cli.datamodule.played["train"].samples  # the last update's samples, as trained (unselected transitions cut after the response)
     generated = sum(int(mask.sum()) for mask in buffer.action_mask)
     trained = sum(ids.numel() for ids in buffer.input_ids) * cli.datamodule.ppo_epochs
     assert abs(perf["rollout_tokens_per_s"][-1] * perf["rollout_s"][-1] - generated) < 1e-6 * generated
@@ -89,8 +92,8 @@ def test_a_fit_without_updates_plays_no_rollout(tiny_model_dir, tmp_path, monkey
     from paw_lightning.data import RolloutDataModule
 
     played = []
-    original = RolloutDataModule._collect
-    monkeypatch.setattr(RolloutDataModule, "_collect", lambda self, module, pool, *a: played.append(pool) or original(self, module, pool, *a))
+    original = RolloutDataModule._play
+    monkeypatch.setattr(RolloutDataModule, "_play", lambda self, split, *a: played.append(split) or original(self, split, *a))
     monkeypatch.chdir(tmp_path)
     main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=0", "--summary.enabled=false")])
     assert "train" not in played

@@ -8,11 +8,14 @@ from __future__ import annotations
 import itertools
 import sqlite3
 
+import pytest
 import torch
 
 from paw_lightning.cli import main
 
 from helpers import tiny_args
+
+pytestmark = pytest.mark.slow  # 200 CLI invocations of fit
 
 UNKNOWN_KEYS = [
     f"--{section}.{key}=1"

@@ -13,19 +13,11 @@ from paw_lightning.rollout import ct2 as ct2_lib
 from paw_lightning.rollout.ct2 import CT2Engine, assign_calls
 from paw_lightning.rollout.engine import GenerationEngine, chat_prompt_ids, merged_weights
 
-from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
-from test_module import make_module
+from helpers import make_module, metric_history, mlflow_runs, redrawn_lora, tiny_args
 
 pytest.importorskip("ctranslate2")
 
 PROMPTS = ["go up", "a much longer prompt about the frozen lake and its holes", "x"]
-
-
-@pytest.fixture(scope="module")
-def module(tiny_model_dir):
-    module = make_module(tiny_model_dir)  # non-zero LoRA: the engine must see the merged weights
-    module.lm.eval()
-    return module
 
 
 def prompt_ids(module):
@@ -176,6 +168,7 @@ def test_refusals_name_the_fix(tiny_model_dir):
         make_module(tiny_model_dir, engine=CT2Engine(), old_logprobs="rollout")
 
 
+@pytest.mark.slow
 def test_fit_with_the_ct2_engine(tiny_model_dir, tmp_path, monkeypatch):
     from paw_lightning.cli import main
 

@@ -13,18 +13,13 @@ from paw_lightning.data import RolloutDataModule, RolloutSettings
 from paw_lightning.demonstrations import collate, collect_demonstrations, play_expert, sft_loss, token_logprobs
 from paw_lightning.envs import EnvPool, make_env_factory
 from paw_lightning.metrics import episode_metrics
-from paw_lightning.model import LMConfig, load_tokenizer
+from paw_lightning.model import LMConfig
 from paw_lightning.module import PaWModule
 from paw_lightning.rollout.collector import Collector, Step, Trajectory
 from paw_lightning.rollout.engine import Generation, chat_prompt_ids
 from paw_lightning.rollout.prompts import PromptBuilder
 
 SEEDS = [3, 11, 42]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return load_tokenizer(LMConfig(name_or_path=str(tiny_model_dir)))
 
 
 # ------------------------------------------------------------------ metrics

@@ -26,6 +26,7 @@ def rollout(pool: EnvPool, seeds: list[int]) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_in_process_and_workers_give_identical_results():
     factory = make_env_factory("frozenlake", slippery=True)
     seeds = [4, 4, 4, 9, 9]
@@ -37,7 +38,7 @@ def test_in_process_and_workers_give_identical_results():
     assert any(r[3]["won"] for r in finished) and any(not r[3]["won"] for r in finished)
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # workers: slow (processes)
 def test_a_raising_env_ends_only_its_episode(num_workers, caplog):
     factory = make_env_factory(FAULTY, raise_at_step=2, fault_seeds=[7], inner="sokoban")
     with EnvPool(factory, size=3, num_workers=num_workers) as pool, caplog.at_level(logging.WARNING):
@@ -65,6 +66,7 @@ def test_a_raising_reset_is_reported():
         assert (obs, info["error"]) == ("", "RuntimeError: injected fault in reset (seed 5)") and good
 
 
+@pytest.mark.slow
 def test_a_dead_worker_is_replaced(caplog):
     factory = make_env_factory(FAULTY, die_at_step=2, fault_seeds=[5])
     with EnvPool(factory, size=4, num_workers=2) as pool, caplog.at_level(logging.WARNING):
@@ -87,6 +89,7 @@ def test_a_dead_worker_is_replaced(caplog):
         assert all("error" not in r[3] for r in pool.step_many([(i, "Up") for i in range(4)]))
 
 
+@pytest.mark.slow
 def test_a_hanging_worker_times_out():
     factory = make_env_factory(FAULTY, hang_at_step=1, fault_seeds=[5])
     with EnvPool(factory, size=2, num_workers=2, timeout=1.0) as pool:
@@ -97,6 +100,7 @@ def test_a_hanging_worker_times_out():
         assert "error" not in pool.reset(0, 6)[1]
 
 
+@pytest.mark.slow
 def test_requests_are_validated_and_close_is_final():
     pool = EnvPool(make_env_factory("sokoban"), size=2)
     with pytest.raises(ValueError, match="twice"):
@@ -121,12 +125,13 @@ class _DiesWhenUnpickled:
         return os._exit, (5,)
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_start_is_an_error():
     with pytest.raises(EnvError, match=r"failed to start \(exit code 5\)"):
         EnvPool(_DiesWhenUnpickled(), size=2, num_workers=1)
 
 
-@pytest.mark.parametrize("num_workers", [0, 1])
+@pytest.mark.parametrize("num_workers", [0, pytest.param(1, marks=pytest.mark.slow)])  # workers: slow (processes)
 def test_bad_outputs_end_only_their_episode(num_workers):
     """A dict for an observation ends that episode with a recorded error, the other goes on; a
     5 MB observation is cut at MAX_OBS_CHARS, its length reported, the episode goes on."""
@@ -169,6 +174,7 @@ def test_collector_counts_cut_observations():
     assert metrics["obs_truncated_rate"] == pytest.approx(1 / sum(len(t.steps) for t in trajs)) and metrics["env_error_rate"] == 0.0
 
 
+@pytest.mark.slow
 def test_env_timeout_needs_workers():
     from paw_lightning.data import RolloutDataModule
 

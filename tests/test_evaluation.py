@@ -63,6 +63,7 @@ def _reports(workdir):
     return {path.name: json.loads(path.read_text()) for path in sorted(workdir.glob("runs/*/*/eval/*.json"))}
 
 
+@pytest.mark.slow
 def test_base_model_validate_and_same_checkpoint_same_results(tiny_model_dir, tmp_path, monkeypatch):
     """validate without a checkpoint is the base row; validating one checkpoint twice gives the
     same tasks and the same numbers, equal to the validation inside fit with those weights."""

@@ -9,8 +9,9 @@ import pytest
 
 from helpers import ROOT
 
+pytestmark = pytest.mark.slow  # every test runs a script in a subprocess
 
-@pytest.mark.slow
+
 def test_compare_algorithms_two_tiny_runs(tiny_model_dir, tmp_path):
     """Two runs at a time (--jobs 2) into one fresh SQLite store."""
     cmd = [sys.executable, str(ROOT / "experiments/compare_algorithms.py"), "--algorithms", "grpo", "rloo", "--seeds", "0", "--jobs", "2",

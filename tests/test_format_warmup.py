@@ -12,16 +12,12 @@ import torch
 from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
 from paw_lightning.demonstrations import collect_demonstrations
 from paw_lightning.envs import make_env_factory
+from paw_lightning.envs.actions import parse_action
 from paw_lightning.envs.frozenlake import FrozenLakeEnv
-from paw_lightning.model import LMConfig, load_tokenizer
-from paw_lightning.rollout.prompts import PromptBuilder, parse_action
+from paw_lightning.model import LMConfig
+from paw_lightning.rollout.prompts import PromptBuilder
 
 ALFWORLD_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "alfworld")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return load_tokenizer(LMConfig(name_or_path=str(tiny_model_dir)))
 
 
 class Recording:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from helpers import ROOT, fit_in_subprocess, metric_history
+
+pytestmark = pytest.mark.slow  # fits in 2-process subprocesses
 
 
 def tokens(client, run, phase: str) -> list[float]:

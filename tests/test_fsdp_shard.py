@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # torchrun with 2 processes
+
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 
 

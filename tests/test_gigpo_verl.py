@@ -207,6 +207,7 @@ def test_gigpo_verl_overlay_composes_through_the_cli(capsys):
     assert (advantage["init_args"]["episode_level"], advantage["init_args"]["penalty_mode"]) == ("step", "after_discount")
 
 
+@pytest.mark.slow
 def test_gigpo_verl_overlay_trains(tiny_model_dir, tmp_path, monkeypatch):
     # a tiny CPU fit: the collector's penalties reach the estimator and GiGPO logs its diagnostics
     monkeypatch.chdir(tmp_path)

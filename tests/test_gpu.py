@@ -9,6 +9,8 @@ from paw_lightning.cli import main
 
 from helpers import ROOT, metric_history, mlflow_runs
 
+pytestmark = pytest.mark.slow  # fits of the embedded model (and gpu)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("overlay", [[], ["-c", str(ROOT / "configs/scale/fsdp2.yaml"), "--trainer.devices=1"]])

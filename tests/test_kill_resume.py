@@ -13,6 +13,8 @@ from paw_lightning.testing.kill import comparable_keys, differences, fit_command
 
 from helpers import tiny_args
 
+pytestmark = pytest.mark.slow  # fits killed and resumed in subprocesses
+
 EPOCHS = 3
 POINTS = [("rollout", 1, 0.2), ("optimizer_step", 2, 0.0), ("checkpoint", 1, 0.0)]  # (phase, epoch, seconds into it)
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import psutil
 import torch
 
@@ -48,6 +49,7 @@ def the_error(proc: subprocess.Popen, workdir, bound_s: float) -> str:
     return errors[0]
 
 
+@pytest.mark.slow
 def test_killed_rank_is_named_and_the_run_resumes(tiny_model_dir, tmp_path):
     ddp = ("--trainer.strategy=ddp", "--trainer.devices=2")
     proc = start_fit(tiny_model_dir, tmp_path, *ddp)
@@ -66,6 +68,7 @@ def test_killed_rank_is_named_and_the_run_resumes(tiny_model_dir, tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_hung_rank_times_out_with_its_name(tiny_model_dir, tmp_path):
     fsdp2 = ("-c", str(ROOT / "configs/scale/fsdp2.yaml"), "--trainer.strategy.init_args.timeout=0:01:00")  # also bounds start-up
     proc = start_fit(tiny_model_dir, tmp_path, *fsdp2)
@@ -92,6 +95,7 @@ time.sleep(30)  # rank 0 busy (a rollout, a checkpoint write): the observer ends
 """
 
 
+@pytest.mark.slow
 def test_lightnings_observer_ends_rank_zero_with_the_one_line():
     """When Lightning's child-process observer, not a collective, sees the dead rank first, rank 0
     still exits 1 with one line naming it (Lightning's own would SIGKILL rank 0: exit −9)."""

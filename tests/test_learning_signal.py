@@ -12,7 +12,7 @@ from paw_lightning.rollout.samples import build_buffer
 from paw_lightning.training.learning_signal import LearningSignalWatch, zero_advantage_fraction
 from paw_lightning.update import prepare_update
 
-from test_module import make_module
+from helpers import make_module
 
 
 def test_a_group_whose_episodes_got_equal_returns_gives_its_samples_zero_advantage():
@@ -49,6 +49,6 @@ def test_prepare_update_reports_the_share_of_zero_advantages(tiny_model_dir):
                 traj.steps.append(Step(f"o{t}", chat_prompt_ids(tok, f"task {group} step {t}"), response, "", "Up", reward, f"obs {t}", t == 2))
             trajectories.append(traj)
     buffer = build_buffer(trajectories, tok)
-    metrics = prepare_update(module, buffer, max_return=3.0)
+    metrics = prepare_update(module.update_inputs(), buffer, max_return=3.0)
     assert metrics["policy/zero_advantage_fraction"] == 0.5
     assert (buffer.advantages[6:] == 0).all() and (buffer.advantages[:6] != 0).all()

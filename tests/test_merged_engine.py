@@ -10,17 +10,9 @@ import torch
 from paw_lightning.model import LMConfig
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, chat_prompt_ids
 
-from helpers import metric_history, mlflow_runs, redrawn_lora, tiny_args
-from test_module import make_module
+from helpers import make_module, metric_history, mlflow_runs, redrawn_lora, tiny_args
 
 PROMPTS = ["go up", "a much longer prompt about the frozen lake and its holes", "x"]
-
-
-@pytest.fixture(scope="module")
-def module(tiny_model_dir):
-    module = make_module(tiny_model_dir)  # non-zero LoRA: the copy must hold W + ΔW
-    module.lm.eval()
-    return module
 
 
 def test_merged_copy_samples_as_the_trained_model(module):
@@ -59,6 +51,7 @@ def test_refusals_name_the_fix():
     HFEngine().check(LMConfig(quantization="nf4"), world_size=2)  # the reference serves any setting
 
 
+@pytest.mark.slow
 def test_fit_with_the_merged_copy(tiny_model_dir, tmp_path, monkeypatch):
     from paw_lightning.cli import main
 

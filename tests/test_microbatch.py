@@ -105,7 +105,7 @@ def _budget_for(lengths: list[int], n_parts: int) -> int:
 def test_gradients_and_losses_do_not_depend_on_the_split(tiny_model_dir, aggregation):
     module = _module(tiny_model_dir, aggregation)
     buffer = _buffer(module)
-    prepare_update(module, buffer, max_return=1.0)
+    prepare_update(module.update_inputs(), buffer, max_return=1.0)
     assert 0 < buffer.wm_selected.sum() < len(buffer)  # the selection leaves transitions out
     buffer.wm_lambda = torch.tensor([{0: 0.25, 1: 1.0, 2: 0.5}[int(g)] for g in buffer.info.group_ids])
     batch = buffer.collate(list(range(len(buffer))))
@@ -125,6 +125,7 @@ def test_gradients_and_losses_do_not_depend_on_the_split(tiny_model_dir, aggrega
             torch.testing.assert_close(metrics[key], expected[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+@pytest.mark.slow
 def test_fit_with_micro_batches_logs_the_same_losses(tiny_model_dir, tmp_path, monkeypatch):
     """Through the CLI: one epoch with whole mini-batches and one with one sample per micro-batch."""
     monkeypatch.chdir(tmp_path)
@@ -142,6 +143,7 @@ def test_fit_with_micro_batches_logs_the_same_losses(tiny_model_dir, tmp_path, m
     assert 0.05 < micro["train/memory/peak_gib"][0] < 64  # peak RSS of this process, in GiB
 
 
+@pytest.mark.slow
 def test_trainer_gradient_clipping_points_to_max_grad_norm(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """Manual optimisation: Lightning cannot clip; the module's max_grad_norm does."""
     monkeypatch.chdir(tmp_path)

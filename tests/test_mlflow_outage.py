@@ -17,6 +17,8 @@ from paw_lightning.cli import main
 
 from helpers import MlflowServer, free_port, tiny_args
 
+pytestmark = pytest.mark.slow  # an MLflow server process and fits
+
 SERVER: MlflowServer | None = None  # the test's server, for ServerSwitch
 
 

@@ -90,6 +90,7 @@ def test_checkpoint_run_id_and_resume_config(tmp_path):
     assert config.init_args.run_id is None
 
 
+@pytest.mark.slow
 def test_fit_artifacts_and_resume_into_the_same_run(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = PawCLI(args=tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=1"), run=False)
@@ -105,7 +106,7 @@ def test_fit_artifacts_and_resume_into_the_same_run(tiny_model_dir, tmp_path, mo
     table = client.load_table(run.info.experiment_id, "trajectories/val_epoch0.json", run_ids=[run_id])
     assert list(table.columns[:10]) == ["group", "episode", "step", "prompt", "response", "action", "observation", "reward",
                                         "next_observation", "predicted_next_observation"]
-    buffer = cli.datamodule.eval_rollouts["val"]
+    buffer = cli.model.evaluations["val"].played.samples
     assert len(table) == min(8, len(buffer)) and table["predicted_next_observation"].notna().all()
     first = buffer.trajectories[0].steps[0]
     assert table["response"][0] == first.response and table["next_observation"][0] == first.next_observation
@@ -136,6 +137,7 @@ def test_fit_artifacts_and_resume_into_the_same_run(tiny_model_dir, tmp_path, mo
     assert {"eval/val_epoch0.json", "eval/val_epoch1.json"} <= {a.path for a in client.list_artifacts(run_id, "eval")}
 
 
+@pytest.mark.slow
 def test_parts_can_be_switched_off(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=1", "--mlflow.trajectory_rows=0", "--mlflow.log_adapter=false",
@@ -146,6 +148,7 @@ def test_parts_can_be_switched_off(tiny_model_dir, tmp_path, monkeypatch):
     assert not list(tmp_path.glob("runs/**/eval")) and not list(tmp_path.glob("runs/**/adapter")) and not list(tmp_path.glob("runs/**/summary.*"))
 
 
+@pytest.mark.slow
 def test_fsdp2_adapter_is_gathered_in_full(tiny_model_dir, tmp_path):
     args = tiny_args(tiny_model_dir, tmp_path, "-c", str(ROOT / "configs/scale/fsdp2.yaml"), "--trainer.accelerator=cpu", "--trainer.max_epochs=1",
                      "--model.optimizer.init_args.lr=0.01")
@@ -154,7 +157,7 @@ def test_fsdp2_adapter_is_gathered_in_full(tiny_model_dir, tmp_path):
     client, (run,) = mlflow_runs(tmp_path)
     loaded = load_adapter(tiny_model_dir, client.download_artifacts(run.info.run_id, "adapter", str(tmp_path / "download")))
     (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
-    saved = torch.load(ckpt, weights_only=False)["state_dict"]  # full trainable weights (paw_lightning.training.checkpointing)
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]  # full trainable weights (paw_lightning.scale.checkpointing)
     assert loaded and loaded.keys() == {k.removeprefix("lm.") for k in saved if "lora_" in k}
     assert all(torch.equal(loaded[n], saved[f"lm.{n}"]) for n in loaded)
     assert any(loaded[n].abs().sum() > 0 for n in loaded if "lora_B" in n), "the adapter holds trained weights"
@@ -181,6 +184,7 @@ def mlflow_server(tmp_path):
         server.stop()
 
 
+@pytest.mark.slow
 def test_fit_logs_to_a_tracking_server(tiny_model_dir, tmp_path, monkeypatch, mlflow_server):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)  # whatever MLflow sets during the run is restored afterwards

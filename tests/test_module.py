@@ -5,35 +5,9 @@ import math
 
 import torch
 
-import paw_lightning.module as module_lib
-from paw_lightning.model import LMConfig
-from paw_lightning.module import PaWModule
-from paw_lightning.rollout.collector import Step, Trajectory
-from paw_lightning.rollout.engine import chat_prompt_ids
-from paw_lightning.rollout.samples import build_buffer
+import paw_lightning.evaluation as evaluation_lib
 
-
-def make_module(tiny_model_dir, dtype: str = "float32", **kwargs) -> PaWModule:
-    module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir), dtype=dtype), **kwargs)
-    module.configure_model()
-    with torch.no_grad():  # a non-zero adapter, so the reference policy differs from π_θ
-        for name, p in module.lm.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    return module
-
-
-def rollout(module, n_groups=2, steps=3):
-    tok = module.tokenizer
-    trajs = []
-    for g in range(n_groups):
-        for e in range(2):
-            traj = Trajectory(g, 2 * g + e, g)
-            for t in range(steps):
-                response = tok.encode(f"<think>{'ab' * (t + e)}</think><action>Up</action>", add_special_tokens=False)
-                traj.steps.append(Step(f"o{t}", chat_prompt_ids(tok, f"task {g} step {t}"), response, "", "Up", float(e), f"obs {g} {t}\n_P_", t == steps - 1))
-            trajs.append(traj)
-    return build_buffer(trajs, tok)
+from helpers import make_module, rollout
 
 
 def test_world_model_segment_does_not_change_action_logprobs(tiny_model_dir):
@@ -64,10 +38,10 @@ def test_free_running_prediction_is_scored_on_the_observation_length(tiny_model_
         budgets.append(self.max_new_tokens)
         return [observations[0] + garbage, wrong + garbage]
 
-    monkeypatch.setattr(module_lib.GenerationEngine, "generate_ids", generate_ids)
-    metrics = module.predict_observations(buffer, n=2)
+    monkeypatch.setattr(evaluation_lib.GenerationEngine, "generate_ids", generate_ids)
+    metrics, predictions = module.predict_observations(buffer, n=2)
     assert budgets == [len(observations[0])]  # no more tokens than the longest true observation
-    assert module.last_predictions == {0: "obs 0 0\n_P_", 1: "obs 0 1\n_P_"}
+    assert predictions == {0: "obs 0 0\n_P_", 1: "obs 0 1\n_P_"}
     assert metrics["exact_match"] == 0.5
     assert math.isclose(metrics["cer"], 1 / 22, abs_tol=1e-7)  # one substitution over both targets' 2 × 11 characters
 
@@ -85,7 +59,7 @@ def test_transitions_without_a_world_model_target_are_not_predicted(tiny_model_d
         contexts.extend(prompt_ids)
         return [target]
 
-    monkeypatch.setattr(module_lib.GenerationEngine, "generate_ids", generate_ids)
-    metrics = module.predict_observations(buffer, n=2)
-    assert len(contexts) == 1 and list(module.last_predictions) == [1]
+    monkeypatch.setattr(evaluation_lib.GenerationEngine, "generate_ids", generate_ids)
+    metrics, predictions = module.predict_observations(buffer, n=2)
+    assert len(contexts) == 1 and list(predictions) == [1]
     assert metrics["exact_match"] == 1.0 and metrics["cer"] == 0.0

@@ -57,6 +57,7 @@ class LoraSnapshots(Callback):
         self.after_epoch.append({n: p.detach().clone() for n, p in pl_module.named_parameters() if p.requires_grad})
 
 
+@pytest.mark.slow
 def test_nan_steps_are_skipped_and_training_goes_on(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     nan_logprobs_in({0}, monkeypatch)
@@ -75,6 +76,7 @@ def test_nan_steps_are_skipped_and_training_goes_on(tiny_model_dir, tmp_path, mo
     assert run.info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_too_many_in_a_row_stop_the_run_with_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     nan_logprobs_in(None, monkeypatch)

@@ -13,7 +13,7 @@ from paw_lightning.rollout.engine import HFEngine
 from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.update import off_policy_correction, prepare_update
 
-from test_module import make_module, rollout
+from helpers import make_module, rollout
 
 
 def buffer_with(old: list[float], sampled: list[float], actions: list[bool]) -> RolloutBuffer:
@@ -52,6 +52,6 @@ def test_the_trainers_own_engine_gets_no_weights(tiny_model_dir):
     module = make_module(tiny_model_dir)
     assert isinstance(module.engine, HFEngine) and not module.engine.off_policy
     buffer = rollout(module)
-    metrics = prepare_update(module, buffer)
+    metrics = prepare_update(module.update_inputs(), buffer)
     assert buffer.tis_weights == [] and "tis_weights" not in buffer.collate([0, 1])
     assert not any(key.startswith("rollout/") for key in metrics)

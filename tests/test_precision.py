@@ -8,8 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
-from test_module import make_module
-from test_rollout_logprobs import sampled_buffer
+from helpers import make_module, sampled_buffer
 
 from paw_lightning import model as model_lib
 from paw_lightning.training.precision import auto_precision, run_device
@@ -59,10 +58,10 @@ def test_under_bf16_mixed_the_scoring_pass_gives_the_first_steps_logprobs(tiny_m
     module = make_module(tiny_model_dir, dtype="bfloat16")  # float32 LoRA (non-zero) on a bfloat16 base
     module._trainer = SimpleNamespace(precision_plugin=MixedPrecision("bf16-mixed", "cpu"))
     buffer = sampled_buffer(module)
-    score(module, buffer)
+    score(module.update_inputs(), buffer)
     assert action_gap(buffer, buffer.old_logprobs, first_step_logprobs(module, buffer)) == 0.0  # PPO's ratio is exactly 1
     # the scoring pass without the trainer's precision (as before): the LoRA branch in float32, the update in bfloat16
     module._trainer = SimpleNamespace(precision_plugin=Precision())
-    score(module, buffer)
+    score(module.update_inputs(), buffer)
     module._trainer = SimpleNamespace(precision_plugin=MixedPrecision("bf16-mixed", "cpu"))
     assert action_gap(buffer, buffer.old_logprobs, first_step_logprobs(module, buffer)) > 0.0

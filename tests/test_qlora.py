@@ -57,6 +57,7 @@ def test_unknown_quantization_is_refused():
         LMConfig(quantization="int8")
 
 
+@pytest.mark.slow
 def test_cli_refuses_nf4_with_an_old_bitsandbytes_on_cpu_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _bitsandbytes_installed(monkeypatch, True, version="0.45.0")
@@ -74,6 +75,7 @@ def test_fsdp_mixed_precision_follows_the_trainer_precision():
         assert fsdp_mixed_precision(precision).param_dtype is None  # the weights' own dtype
 
 
+@pytest.mark.slow
 def test_qlora_fit_on_cpu_trains_lora_over_a_frozen_4bit_base_and_fsdp2_matches_one_process(tiny_model_dir, tmp_path, monkeypatch):
     """One in-process fit: the base linears are bitsandbytes NF4 (storage dtype = model dtype),
     they keep their packed weights, LoRA trains and the loss moves. The same fit with 2 FSDP2

@@ -8,6 +8,8 @@ from paw_lightning.cli import main
 
 from helpers import metric_history, mlflow_runs, tiny_args
 
+pytestmark = pytest.mark.slow  # every test runs fits
+
 
 def test_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
     keys = ["train/loss", "train/policy/loss", "train/wm/loss", "train/episode/return_mean"]

@@ -3,11 +3,12 @@
 import torch
 
 from paw_lightning.envs import EnvPool, make_env_factory
+from paw_lightning.envs.actions import parse_action
 from paw_lightning.model import LMConfig, load_model, load_tokenizer
 from paw_lightning.rollout import engine as engine_lib
 from paw_lightning.rollout.collector import Collector, Trajectory, Step
 from paw_lightning.rollout.engine import Generation, GenerationEngine
-from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder, parse_action
+from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 from paw_lightning.rollout.samples import build_buffer
 
 

@@ -6,27 +6,10 @@ import pytest
 import torch
 
 import paw_lightning.update as update_lib
-from paw_lightning.envs import EnvPool, make_env_factory
 from paw_lightning.objectives import PolicyObjective
-from paw_lightning.rollout.collector import Collector
-from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.rollout.prompts import PromptBuilder
-from paw_lightning.rollout.samples import build_buffer
 from paw_lightning.update import prepare_update, score
-from test_module import make_module
-from test_update import CountingReference
 
-
-def sampled_buffer(module, token_stats=True):
-    """Four FrozenLake episodes (maps of different sizes: prompts of different lengths, so the
-    generation batch is left-padded) of up to two steps, sampled at temperature 0.7."""
-    pool = EnvPool(make_env_factory("frozenlake"), 4)
-    engine = GenerationEngine(module.lm, module.tokenizer, max_new_tokens=6, token_stats=token_stats)
-    collector = Collector(pool, engine, PromptBuilder("FrozenLake", history_length=1), max_steps=2, invalid_penalty=-0.1)
-    with module.generating():
-        trajectories = collector.collect([(0, 3), (1, 8)], group_size=2, temperature=0.7, seed=0, progress=False)
-    pool.close()
-    return build_buffer(trajectories, module.tokenizer)
+from helpers import CountingReference, make_module, sampled_buffer
 
 
 def test_sampler_logprobs_and_entropies_equal_the_scoring_forward(tiny_model_dir):
@@ -35,7 +18,7 @@ def test_sampler_logprobs_and_entropies_equal_the_scoring_forward(tiny_model_dir
     assert len(buffer) >= 4 and len(buffer.sampler_logprobs) == len(buffer)
     sampler_old, sampler_entropy = list(buffer.sampler_logprobs), dict(buffer.sampler_entropy)
     assert len({int(n) for n in buffer.prompt_lengths}) > 1  # the batch really was padded
-    score(module, buffer)  # the default: recomputed by a forward
+    score(module.update_inputs(), buffer)  # the default: recomputed by a forward
     for i in range(len(buffer)):
         mask = buffer.action_mask[i][: sampler_old[i].numel()]
         assert torch.allclose(sampler_old[i][mask], buffer.old_logprobs[i][mask], atol=1e-4)
@@ -55,7 +38,7 @@ def test_rollout_mode_skips_the_scoring_forward_unless_the_kl_needs_the_referenc
         forwards = []
         original = module.token_outputs
         monkeypatch.setattr(module, "token_outputs", lambda batch, **kw: forwards.append(kw) or original(batch, **kw))
-        prepare_update(module, buffer)
+        prepare_update(module.update_inputs(), buffer)
         assert counter.calls == reference_calls
         assert len(forwards) == reference_calls  # only the reference forward, never the policy's
         assert all(torch.equal(a, b) for a, b in zip(sampler_old, buffer.old_logprobs))  # π_old kept from the sampler
@@ -67,6 +50,6 @@ def test_rollout_mode_without_sampler_logprobs_is_a_clear_error(tiny_model_dir):
     module = make_module(tiny_model_dir, old_logprobs="rollout")
     buffer = sampled_buffer(module, token_stats=False)
     with pytest.raises(RuntimeError, match="token_stats"):
-        score(module, buffer)
+        score(module.update_inputs(), buffer)
     with pytest.raises(ValueError, match="old_logprobs"):
         make_module(tiny_model_dir, old_logprobs="sampler")

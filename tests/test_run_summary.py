@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from paw_lightning.callbacks.summary import SummaryRow, format_markdown, format_summary, summary_rows
 from paw_lightning.cli import main
 
@@ -94,6 +96,7 @@ def _value_at(client, run, key: str, step: int) -> float:
     return value
 
 
+@pytest.mark.slow
 def test_fit_prints_the_summary_of_its_logged_validations_and_plain_progress_lines(tiny_model_dir, tmp_path):
     """3 epochs validating every 2nd: the validation before the first update (step -1), epoch 1's,
     and one after the last epoch (2), which did not validate. The printed table and summary.json
@@ -153,6 +156,7 @@ def test_fit_prints_the_summary_of_its_logged_validations_and_plain_progress_lin
     assert "val success" not in progress[1] and "val success" not in progress[3]
 
 
+@pytest.mark.slow
 def test_two_processes_validate_before_and_after_and_print_once(tiny_model_dir, tmp_path):
     """FSDP2 on 2 CPU processes: the extra validations are collectives every rank joins (no hang);
     rank 0 alone prints the progress lines and the summary."""
@@ -168,6 +172,7 @@ def test_two_processes_validate_before_and_after_and_print_once(tiny_model_dir, 
         "validation before the first update", "epoch 0/1", "epoch 1/1", "validation after epoch 1"]
 
 
+@pytest.mark.slow
 def test_resumed_fit_reads_its_before_from_mlflow(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """Also: the validation before the first update is a normal validation: without a warm-up it
     logs exactly what ``validate`` of the base model logs."""

@@ -19,8 +19,7 @@ from paw_lightning.rollout.engine import Generation, chat_prompt_ids
 from paw_lightning.rollout.prompts import PromptBuilder
 from paw_lightning.rollout.triplets import triplets_from_trajectories
 
-from helpers import ROOT, metric_history, mlflow_runs, tiny_args
-from test_module import make_module
+from helpers import ROOT, make_module, metric_history, mlflow_runs, tiny_args
 
 DRAWER = Triplet("open the drawer", "You see a closed drawer.", "open drawer 1", "You open the drawer 1. It is empty.", [("You are in a room.", "go to drawer 1")])
 
@@ -173,6 +172,7 @@ def test_data_stage_follows_the_run_seed_unless_pinned(tiny_model_dir, tmp_path,
     assert held_out(1, seed=7) == held_out(2, seed=7)
 
 
+@pytest.mark.slow
 def test_rwml_then_policy_rl_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
     """configs/methods/rwml.yaml on the tiny model (the data stage, GRPO on predictions, validation on
     held-out triplets), then policy RL on FrozenLake from its last.ckpt."""

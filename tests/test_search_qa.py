@@ -7,6 +7,7 @@ import pytest
 
 from paw_lightning.demonstrations import REASON, collect_demonstrations
 from paw_lightning.envs import EnvPool, make_env_factory
+from paw_lightning.envs.actions import parse_action
 from paw_lightning.envs.search_qa import data, generator, index, protocol
 from paw_lightning.envs.search_qa.answers import exact_match, normalize
 from paw_lightning.envs.search_qa.env import SearchQAEnv
@@ -14,7 +15,7 @@ from paw_lightning.model import LMConfig, load_tokenizer
 from paw_lightning.retrieval.base import Cached, Passage
 from paw_lightning.rollout.collector import Collector
 from paw_lightning.rollout.engine import Generation
-from paw_lightning.rollout.prompts import PromptBuilder, parse_action
+from paw_lightning.rollout.prompts import PromptBuilder
 from paw_lightning.rollout.samples import build_buffer
 from paw_lightning.testing import build_tiny_tokenizer
 

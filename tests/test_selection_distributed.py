@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from paw_lightning.objectives.selection import select_global_top_alpha
+
+pytestmark = pytest.mark.slow  # 2 spawned processes
 
 LOCAL = {0: [0.1, 0.9, 0.3], 1: [0.8, 0.2, 0.7, 0.05]}
 

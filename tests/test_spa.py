@@ -11,18 +11,12 @@ from paw_lightning.cli import main
 from paw_lightning.data import RolloutDataModule, RolloutSettings
 from paw_lightning.demonstrations import collect_demonstrations
 from paw_lightning.envs import make_env_factory
-from paw_lightning.model import LMConfig, load_tokenizer
+from paw_lightning.envs.actions import parse_action
 from paw_lightning.rollout.engine import Generation, chat_prompt_ids
-from paw_lightning.rollout.prompts import PromptBuilder, parse_action
+from paw_lightning.rollout.prompts import PromptBuilder
 from paw_lightning.rollout.spa import spa_response, with_true_states
 
-from helpers import ROOT, tiny_args
-from test_module import make_module
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return load_tokenizer(LMConfig(name_or_path=str(tiny_model_dir)))
+from helpers import ROOT, make_module, tiny_args
 
 
 def test_beliefs_are_replaced_by_the_true_states():
@@ -113,6 +107,7 @@ def test_self_play_refuses_what_it_cannot_learn_from(tiny_model_dir, monkeypatch
         SelfPlaySFT().on_fit_start(trainer, module)
 
 
+@pytest.mark.slow
 def test_spa_recipe_stops_with_one_line_when_the_policy_ignores_the_format(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """configs/methods/spa.yaml end to end on the tiny random model: the format warm-up runs,
     then self-play finds no SPA transcript and the fit ends with one error line (exit 2)."""
@@ -133,6 +128,7 @@ class ScriptedSPAIds(ScriptedSPA):
         return [Generation(chat_prompt_ids(self.tokenizer, p), ids, self.text) for p in prompts]
 
 
+@pytest.mark.slow
 def test_spa_recipe_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
     """configs/methods/spa.yaml with a policy that writes SPA's format: the format warm-up,
     the self-play SFT on the rewritten transcripts (its loss falls over its 5 epochs), then RL."""

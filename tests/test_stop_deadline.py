@@ -8,7 +8,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import tiny_args
+
+pytestmark = pytest.mark.slow  # a fit in a subprocess
 
 FAULTY = "paw_lightning.envs.faulty.FaultyEnv"
 

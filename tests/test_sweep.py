@@ -96,6 +96,7 @@ def test_env_by_path_and_unknown_names(tmp_path, monkeypatch):
         point(stage="test").command(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_point_that_cannot_start_is_recorded_not_raised(tmp_path):
     result = grid.run_point(point(objective="pav"), tmp_path / "p", num=3)
     assert result["status"] == "error" and result["returncode"] is None and result["num"] == 3
@@ -103,6 +104,7 @@ def test_a_point_that_cannot_start_is_recorded_not_raised(tmp_path):
     assert json.loads((tmp_path / "p/result.json").read_text())["status"] == "error"
 
 
+@pytest.mark.slow
 def test_a_point_past_its_timeout_is_killed_and_recorded(tmp_path):
     result = grid.run_point(point(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"), tmp_path / "p", timeout_s=1)
     assert result["status"] == "timeout" and result["returncode"] == -9
@@ -129,6 +131,7 @@ def test_summary_lists_every_point_and_the_log_tail_of_failures():
     ])
 
 
+@pytest.mark.slow
 def test_unknown_overlay_in_a_sweep_stops_before_any_run(tmp_path):
     result = subprocess.run([sys.executable, SWEEP, "-m", "objective=paw,vanila", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -2,7 +2,6 @@
 scoring pass, advantages, S_α selection and λ_g per sample."""
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -14,18 +13,7 @@ from paw_lightning.module import PaWModule
 from paw_lightning.objectives import GAE, ClippedMAE, Critic, FixedLambda, PolicyObjective, RewardAdaptiveLambda
 from paw_lightning.update import prepare_update, score
 
-from test_module import make_module, rollout
-
-
-class CountingReference:
-    def __init__(self):
-        self.calls = 0
-
-    @contextlib.contextmanager
-    def __call__(self, model):
-        self.calls += 1
-        with model.disable_adapter():
-            yield
+from helpers import CountingReference, make_module, rollout
 
 
 def test_kl_coef_zero_skips_the_reference_forward(tiny_model_dir, monkeypatch):
@@ -34,7 +22,7 @@ def test_kl_coef_zero_skips_the_reference_forward(tiny_model_dir, monkeypatch):
         monkeypatch.setattr(update_lib, "reference_policy", counter)
         module = make_module(tiny_model_dir, policy_objective=PolicyObjective(kl_coef=kl_coef), score_batch_size=4)
         buffer = rollout(module)
-        prepare_update(module, buffer, max_return=3.0)
+        prepare_update(module.update_inputs(), buffer, max_return=3.0)
         assert counter.calls == expected_calls
         assert len(buffer.ref_logprobs) == (12 if kl_coef else 0)
         if kl_coef:  # the reference differs from π_θ once the adapter is non-zero
@@ -44,7 +32,7 @@ def test_kl_coef_zero_skips_the_reference_forward(tiny_model_dir, monkeypatch):
 def test_prepare_update_selects_the_top_alpha_transitions_and_sets_lambda_per_sample(tiny_model_dir):
     module = make_module(tiny_model_dir, world_model_objective=ClippedMAE(alpha=0.75))
     buffer = rollout(module)
-    metrics = prepare_update(module, buffer, max_return=3.0)
+    metrics = prepare_update(module.update_inputs(), buffer, max_return=3.0)
     entropy = buffer.action_entropy["full"]
     selected = buffer.wm_selected
     assert selected.sum() == math.ceil(0.75 * 12)
@@ -63,10 +51,10 @@ def test_only_selected_transitions_keep_their_world_model_segment_and_the_loss_i
     observation tokens; π_old, the loss and its gradient equal those of the full samples."""
     module = make_module(tiny_model_dir, world_model_objective=ClippedMAE(alpha=0.5, rho=1.0), policy_objective=PolicyObjective(kl_coef=0.01))
     cut = rollout(module)
-    prepare_update(module, cut, max_return=3.0)
+    prepare_update(module.update_inputs(), cut, max_return=3.0)
     cut.wm_lambda = torch.tensor([0.7 if g == 0 else 0.3 for g in cut.info.group_ids])
     full = rollout(module)  # the same update without any cut: scored on the full samples, same selection
-    score(module, full)
+    score(module.update_inputs(), full)
     full.advantages, full.wm_selected, full.wm_lambda = cut.advantages, cut.wm_selected, cut.wm_lambda
 
     ends, selected = full.policy_lengths(), cut.wm_selected
@@ -96,22 +84,22 @@ def test_only_selected_transitions_keep_their_world_model_segment_and_the_loss_i
 def test_lambda_follows_the_balancer_and_needs_r_max(tiny_model_dir):
     module = make_module(tiny_model_dir, world_model_objective=ClippedMAE(balancer=FixedLambda(0.25)))
     buffer = rollout(module)
-    prepare_update(module, buffer)
+    prepare_update(module.update_inputs(), buffer)
     assert torch.equal(buffer.wm_lambda, torch.full((12,), 0.25))
     # an explicit r_max wins over the environment's: R̄_g = 1.5, λ_g = 1 − 1.5 / 6 = 0.75
     module = make_module(tiny_model_dir, world_model_objective=ClippedMAE(balancer=RewardAdaptiveLambda(r_max=6.0)))
     buffer = rollout(module)
-    prepare_update(module, buffer, max_return=3.0)
+    prepare_update(module.update_inputs(), buffer, max_return=3.0)
     assert torch.allclose(buffer.wm_lambda, torch.full((12,), 0.75))
     module = make_module(tiny_model_dir, world_model_objective=ClippedMAE())
     with pytest.raises(ValueError, match="r_max"):
-        prepare_update(module, rollout(module))  # neither the balancer nor the environment knows R_max
+        prepare_update(module.update_inputs(), rollout(module))  # neither the balancer nor the environment knows R_max
 
 
 def test_vanilla_rl_has_no_selection_and_no_lambda(tiny_model_dir):
     module = make_module(tiny_model_dir)
     buffer = rollout(module)
-    prepare_update(module, buffer)
+    prepare_update(module.update_inputs(), buffer)
     assert buffer.wm_selected is None and buffer.wm_lambda is None
     assert {"advantages", "old_logprobs"} <= set(buffer.collate([0, 1])) and "wm_lambda" not in buffer.collate([0, 1])
 
@@ -131,7 +119,7 @@ def test_the_scoring_pass_in_length_groups_stores_each_samples_results_at_its_in
     forwards = []
     hook = module.lm.register_forward_pre_hook(lambda _, args, kwargs: forwards.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     grouped = rollout(module)
-    score(module, grouped)
+    score(module.update_inputs(), grouped)
     hook.remove()
     lengths = [ids.numel() for ids in grouped.policy_view().input_ids]
     by_length = sorted(lengths, reverse=True)
@@ -142,7 +130,7 @@ def test_the_scoring_pass_in_length_groups_stores_each_samples_results_at_its_in
     assert sum(rows * width for rows, width in expected) < consecutive  # less padding than 4 neighbours per forward
     alone = rollout(module)
     module.score_batch_size = 1
-    score(module, alone)
+    score(module.update_inputs(), alone)
     for i in range(len(grouped)):
         assert torch.allclose(grouped.old_logprobs[i], alone.old_logprobs[i], atol=1e-5)
         assert torch.allclose(grouped.ref_logprobs[i], alone.ref_logprobs[i], atol=1e-5)

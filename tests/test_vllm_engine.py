@@ -19,7 +19,7 @@ from paw_lightning.rollout import vllm_engine as vllm_lib
 from paw_lightning.rollout.engine import chat_prompt_ids
 from paw_lightning.rollout.vllm_engine import VLLMEngine
 
-from test_module import make_module
+from helpers import make_module
 
 
 @dataclass

@@ -57,6 +57,7 @@ def test_pushed_adapters_sample_the_trainers_policy(vllm_model_dir, tmp_path):
         assert sample_as_the_trainer_scores(1) != before  # same seeds, another adapter: another policy
 
 
+@pytest.mark.slow
 def test_fit_with_the_vllm_engine(vllm_model_dir, tmp_path, monkeypatch):
     """Two epochs of FrozenLake with every rollout from vLLM in float32 (``dtype: auto`` may pick
     bfloat16): the engine/trainer gap is logged and only the kernels' rounding."""

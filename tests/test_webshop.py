@@ -225,6 +225,7 @@ def test_bad_input_is_a_clear_value_error(tmp_path, monkeypatch):
         make_env_factory("webshop", splitt="train")
 
 
+@pytest.mark.slow
 def test_pool_workers_share_the_store(cache):
     factory = make_env_factory("webshop", cache_dir=cache)
     assert pickle.loads(pickle.dumps(factory))().split == "train"

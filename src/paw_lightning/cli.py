@@ -24,8 +24,10 @@ from typing import Optional, Union
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from paw_lightning.callbacks import RunSummary
+from paw_lightning.callbacks.stages import STAGES, stage_replacements
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.module import PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
@@ -52,7 +54,10 @@ class PawCLI(LightningCLI):
     """Adds always-present callbacks with their own config sections: ``checkpoint``,
     ``mlflow`` (trajectory tables, LoRA adapter artifact, system metrics, run id in
     checkpoints), ``evaluation`` (a JSON report per evaluation) and ``summary`` (``fit``: a
-    validation before the first update and the before → after table at the end)."""
+    validation before the first update and the before → after table at the end); and the
+    stages before RL by name (``stages.warmup``, ``stages.self_play``, ``stages.rwml``:
+    :mod:`paw_lightning.callbacks.stages`), which run first, in that order, then
+    ``trainer.callbacks`` (a user's own), then the always-present ones."""
 
     def __init__(self, args=None, run: bool = True):
         if not _stream_is_tty(sys.stderr):  # a log file or CI: no tqdm bars redrawn with carriage returns
@@ -82,17 +87,37 @@ class PawCLI(LightningCLI):
         parser.add_lightning_class_args(MLflowTracking, "mlflow")
         parser.add_lightning_class_args(EvaluationReport, "evaluation")
         parser.add_lightning_class_args(RunSummary, "summary")
+        for key, (stage_type, purpose) in STAGES.items():  # by key: a later -c file changes one stage, not a list
+            parser.add_argument(f"--stages.{key}", type=Optional[stage_type], default=None, help=f"{purpose} (null: none)")
         parser.add_argument("--threads", type=Optional[Union[int, str]], default="auto",
                             help="torch threads on CPU: auto (one per core other processes leave free), a number, or null (torch's default)")
         parser.add_argument("--stop_deadline_s", type=Optional[float], default=60.0,
                             help="after SIGTERM, exit at the latest this many seconds later, even if blocked (null: wait for Lightning's orderly stop)")
 
+    def parse_arguments(self, parser, args) -> None:
+        """Parse; then (rank 0, also for ``--print_config``) one stderr line per stage that a
+        later ``-c`` file changed, replaced or removed (:func:`~paw_lightning.callbacks.stages.stage_replacements`)."""
+        argv = sys.argv[1:] if args is None else args
+        files = _config_files(argv) if isinstance(argv, (list, tuple)) else []
+        try:
+            super().parse_arguments(parser, args)
+        except SystemExit as done:
+            if not done.code:  # --print_config (or --help) ends the parse
+                _report_stage_replacements(files)
+            raise
+        _report_stage_replacements(files)
+
     def _instantiate_trainer(self, config: dict, callbacks: list):
-        """Lightning's rich progress bar animates only on a terminal: elsewhere (stdout is a log
-        file or a pipe) the progress bar is :class:`PlainProgressBar`, unless the config names a
-        progress bar itself or turns it off (``trainer.enable_progress_bar=false``)."""
+        """The stages (``stages.*``, in :data:`~paw_lightning.callbacks.stages.STAGES` order) go
+        first in the trainer's callbacks, before ``trainer.callbacks``. Lightning's rich progress
+        bar animates only on a terminal: elsewhere (stdout is a log file or a pipe) the progress
+        bar is :class:`PlainProgressBar`, unless the config names a progress bar itself or turns
+        it off (``trainer.enable_progress_bar=false``)."""
         listed = config.get("callbacks") or []
         listed = listed if isinstance(listed, list) else [listed]
+        stages = self._get(self.config_init, "stages", default=None) or {}
+        listed = [stage for stage in (stages.get(key) for key in STAGES) if stage is not None] + listed
+        config["callbacks"] = listed
         has_bar = any(isinstance(cb, ProgressBar) for cb in [*listed, *callbacks])
         if config.get("enable_progress_bar") is not False and not has_bar and not interactive():
             callbacks = [*callbacks, PlainProgressBar()]
@@ -158,6 +183,23 @@ def _stream_is_tty(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def _config_files(args) -> list[str]:
+    """The ``-c``/``--config`` files of a command line, in order."""
+    files = []
+    for flag, value in zip(args, [*args[1:], None]):
+        if flag in ("-c", "--config") and isinstance(value, str):
+            files.append(value)
+        elif isinstance(flag, str) and flag.startswith("--config="):
+            files.append(flag.split("=", 1)[1])
+    return files
+
+
+def _report_stage_replacements(files: list[str]) -> None:
+    if rank_zero_only.rank == 0:  # a launched process of another rank parses the same files
+        for line in stage_replacements(files, base=BASE_CONFIG):
+            print(line, file=sys.stderr, flush=True)
 
 
 def check_config_files(args: list[str]) -> None:

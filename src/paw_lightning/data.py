@@ -1,12 +1,16 @@
 """RolloutDataModule: regenerates on-policy data every epoch (one epoch = one RL iteration).
 
 ``train_dataloader`` (every epoch) plays this rank's share of ``rollout.groups ×
-rollout.group_size`` episodes with the current policy, turns every step into a sample, prepares
-the update (:func:`paw_lightning.update.prepare_update`) and yields ``ppo_epochs`` passes of
-shuffled mini-batches. Validation and test play fixed held-out tasks when their loader is
-iterated, i.e. with the weights of that moment. Rank r plays groups ``[r·n, (r+1)·n)``, and
-every rank yields the same number of batches (FSDP2, DDP).
-Design notes: docs/design.md#paw_lightningdatapy
+rollout.group_size`` episodes with the current policy, turns every step into a sample, keeps
+them as ``played["train"]`` (:class:`~paw_lightning.rollout.played.PlayedEpisodes`) and
+yields ``ppo_epochs`` passes of shuffled mini-batches over them; the module prepares the
+update from ``played["train"]`` before the first batch (``PaWModule.on_train_epoch_start``).
+Validation and test play fixed held-out tasks when their loader is iterated, i.e. with the
+weights of that moment (``played["val"]`` / ``played["test"]``). Rank r plays groups
+``[r·n, (r+1)·n)``, and every rank yields the same number of batches (FSDP2, DDP).
+
+Data flows one way: this module uses the model only through :class:`Policy` (generation), runs
+no training computation and reads nothing back from the module.
 """
 from __future__ import annotations
 
@@ -14,20 +18,40 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, IterableDataset
 
 from paw_lightning.envs import EnvPool, make_env_factory
-from paw_lightning.metrics import episode_metrics, pass_at_k_metrics
+from paw_lightning.evaluation import eval_plan
 from paw_lightning.rollout.collector import Collector, derive_seed
+from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.rollout.played import PlayedEpisodes
 from paw_lightning.rollout.prompts import PromptBuilder
 from paw_lightning.rollout.samples import RolloutBuffer, build_buffer
 from paw_lightning.scale import distributed
-from paw_lightning.training.learning_signal import LearningSignalWatch
-from paw_lightning.update import prepare_update
+
+
+class Policy(Protocol):
+    """What the data module uses of the model (``PaWModule``): generation, and the two facts
+    that shape a sample."""
+
+    tokenizer: Any
+
+    def sampler(self, max_new_tokens: int, token_stats: bool = False) -> GenerationEngine: ...
+
+    def generating(self) -> AbstractContextManager: ...
+
+    @property
+    def records_token_stats(self) -> bool:
+        """Whether training rollouts record the sampler's log-probs and entropies."""
+
+    @property
+    def trains_world_model(self) -> bool:
+        """Whether samples carry the next-observation segment."""
 
 
 @dataclass
@@ -82,7 +106,7 @@ class EvaluationSettings:
 
 class RolloutDataModule(LightningDataModule):
     """Args:
-    env: environment name (``frozenlake``, ``sokoban``, ``sudoku``, ``alfworld``) or dotted path to a TextEnv class.
+    env: environment name (``frozenlake``, ``sokoban``, ``sudoku``, ``alfworld``, ``webshop``, ``search_qa``) or dotted path to a TextEnv class.
     env_kwargs: keyword arguments of the environment's constructor.
     rollout: how training episodes are played (:class:`RolloutSettings`).
     evaluation: the held-out episodes of validation and test (:class:`EvaluationSettings`).
@@ -129,12 +153,7 @@ class RolloutDataModule(LightningDataModule):
         self.env_workers, self.env_timeout, self.progress = env_workers, env_timeout, progress
         self._seed = seed
         self.pools: dict[str, EnvPool] = {}  # "train" and "eval", built on first use
-        self.buffer: RolloutBuffer | None = None  # the current update's samples
-        self.episode_metrics: dict[str, dict[str, float]] = {}
-        self.update_metrics: dict[str, float] = {}  # the current update's diagnostics (advantages, selection)
-        self.eval_rollouts: dict[str, RolloutBuffer] = {}  # the latest validation / test samples
-        self.eval_started: float | None = None  # perf_counter() when the latest evaluation began playing (the progress lines' clock)
-        self.signal_watch = LearningSignalWatch()  # warns after updates in a row with every advantage 0
+        self.played: dict[str, PlayedEpisodes] = {}  # the latest episodes of each split: this module's output
 
     @property
     def seed(self) -> int:
@@ -159,31 +178,16 @@ class RolloutDataModule(LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self._fit_is_over():  # Lightning asks for the data even then: no rollout for it
             return DataLoader([], batch_sampler=[])
-        module = self.trainer.lightning_module
         epoch = self.trainer.current_epoch
         tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in self._my_groups(self.rollout.groups)]
-        clock = module.clock
-        clock.reset()
-        with clock.phase("rollout", module.device):
-            trajectories = self._collect(module, "train", tasks, self.rollout.group_size, self.rollout.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}")
-        clock.count("rollout", sum(len(step.response_ids) for traj in trajectories for step in traj.steps))
-        with clock.phase("scoring", module.device):
-            buffer = build_buffer(trajectories, module.tokenizer, self.rollout.max_obs_tokens, world_model=module.world_model_objective is not None)
-            self.update_metrics = prepare_update(module, buffer, self.max_return)
-        sync_seconds = getattr(module.engine, "last_sync_seconds", None)  # an engine that samples from a copy
-        if sync_seconds is not None:
-            self.update_metrics["perf/engine_sync_s"] = sync_seconds
-        self.buffer = buffer
-        self.episode_metrics["train"] = episode_metrics(trajectories)
-        all_zero = distributed.min_across_ranks(int(self.update_metrics["policy/zero_advantage_fraction"] == 1.0))
-        warning = self.signal_watch.observe(bool(all_zero), self.episode_metrics["train"].get("success_rate"))
-        if warning and distributed.rank() == 0:
-            print(warning)
+        played = self.played["train"] = self._play(
+            "train", tasks, self.rollout.group_size, self.rollout.temperature, derive_seed(self.seed, "sample", epoch, distributed.rank()), f"rollout {epoch}"
+        )
         batches = []
         for k in range(self.ppo_epochs):
-            order = torch.randperm(len(buffer), generator=torch.Generator().manual_seed(derive_seed(self.seed, "shuffle", epoch, k)))
+            order = torch.randperm(len(played.samples), generator=torch.Generator().manual_seed(derive_seed(self.seed, "shuffle", epoch, k)))
             batches += self._split(order.tolist(), max(1, self.mini_batch_size // distributed.world_size()))
-        return self._loader(buffer, batches)
+        return self._loader(played.samples, batches)
 
     # ----------------------------------------------------------- evaluation
     def val_dataloader(self) -> DataLoader:
@@ -193,46 +197,41 @@ class RolloutDataModule(LightningDataModule):
         return self._eval_loader("test", self.evaluation.test_groups)
 
     def eval_plan(self, split: str) -> dict:
-        """What an evaluation of ``split`` (``val`` / ``test``) plays, for its report: the held-out
-        tasks (group g resets with task seed ``derive_seed(split, g)``, the same in every
-        evaluation and run), the sampling seed of each rank (``derive_seed(seed, split, rank)``),
-        the episodes per task, the temperature and the environment arguments."""
+        """What an evaluation of ``split`` (``val`` / ``test``) plays (:func:`paw_lightning.evaluation.eval_plan`)."""
         groups = self.evaluation.groups if split == "val" else self.evaluation.test_groups
-        return {
-            "split": split,
-            "env": self.env_name,
-            "env_kwargs": dict(getattr(self.eval_env_factory, "keywords", {}) or {}),
-            "groups": groups,
-            "group_size": self.evaluation.group_size,
-            "temperature": self.evaluation.temperature,
-            "max_steps": self.rollout.max_steps,
-            "task_seeds": [derive_seed(split, g) for g in range(groups)],
-            "sampling_seeds": [derive_seed(self.seed, split, r) for r in range(distributed.world_size())],
-        }
+        env_kwargs = getattr(self.eval_env_factory, "keywords", {}) or {}
+        return eval_plan(split, self.env_name, env_kwargs, groups, self.evaluation.group_size, self.evaluation.temperature, self.rollout.max_steps, self.seed)
 
     def _eval_loader(self, split: str, groups: int) -> DataLoader:
         self._my_groups(groups)  # a bad number of groups fails here, not mid-evaluation
         return DataLoader(_EvalEpisodes(self, split, groups), batch_size=None)
 
     def play_eval(self, split: str, groups: int) -> RolloutBuffer:
-        """Play this rank's share of the held-out tasks with the current policy; sets
-        ``episode_metrics[split]`` (with pass@k) and ``eval_rollouts[split]``."""
-        self.eval_started = time.perf_counter()
-        module = self.trainer.lightning_module
+        """Play this rank's share of the held-out tasks with the current policy; keeps them as
+        ``played[split]`` and returns their samples."""
         tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
-        trajectories = self._collect(module, "eval", tasks, self.evaluation.group_size, self.evaluation.temperature, derive_seed(self.seed, split, distributed.rank()), split)
-        self.episode_metrics[split] = {**episode_metrics(trajectories), **pass_at_k_metrics(trajectories)}
-        buffer = self.eval_rollouts[split] = build_buffer(trajectories, module.tokenizer, self.rollout.max_obs_tokens)
-        return buffer
+        played = self._play(split, tasks, self.evaluation.group_size, self.evaluation.temperature, derive_seed(self.seed, split, distributed.rank()), split)
+        played.plan = self.eval_plan(split)
+        self.played[split] = played
+        return played.samples
 
     # -------------------------------------------------------------- helpers
-    def _collect(self, module, pool: str, tasks, group_size, temperature, seed, description):
-        # the sampler's log-probs: π_old itself (old_logprobs: rollout) or π_engine of an off-policy engine
-        token_stats = pool == "train" and (module.old_logprobs == "rollout" or module.engine.off_policy)
-        engine = module.sampler(self.rollout.max_new_tokens, token_stats=token_stats)
-        collector = Collector(self._pool(pool), engine, self.prompt, self.rollout.max_steps, self.rollout.invalid_penalty)
-        with module.generating():
-            return collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)
+    @property
+    def policy(self) -> Policy:
+        return self.trainer.lightning_module
+
+    def _play(self, split: str, tasks, group_size, temperature, seed, description) -> PlayedEpisodes:
+        """Episodes of ``tasks`` with the current policy, and their samples."""
+        policy, train = self.policy, split == "train"
+        started = time.perf_counter()
+        engine = policy.sampler(self.rollout.max_new_tokens, token_stats=train and policy.records_token_stats)
+        collector = Collector(self._pool("train" if train else "eval"), engine, self.prompt, self.rollout.max_steps, self.rollout.invalid_penalty)
+        with policy.generating():
+            trajectories = collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)
+        seconds = time.perf_counter() - started
+        samples = build_buffer(trajectories, policy.tokenizer, self.rollout.max_obs_tokens, world_model=not train or policy.trains_world_model)
+        tokens = sum(len(step.response_ids) for traj in trajectories for step in traj.steps)
+        return PlayedEpisodes(split, self.trainer.current_epoch, trajectories, samples, started, seconds, tokens, self.max_return)
 
     @staticmethod
     def _my_groups(groups: int) -> range:

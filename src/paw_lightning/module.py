@@ -4,10 +4,14 @@ forward pass, a world-model objective (METHODS.md §3).
 ``training_step`` is one optimizer step on one mini-batch (manual optimisation): token-budget
 micro-batches (:mod:`paw_lightning.training.microbatch`) each run ``compute_loss`` (forward →
 policy loss → world-model loss → combine) and backward, then clip and step. Objectives and
-optimizer come from YAML; π_old, π_ref, advantages, S_α and λ_g arrive per sample in the
-batch (:mod:`paw_lightning.update`). Simplifications: log-probs at temperature 1; logits only
-from the shortest prompt on (``logits_to_keep``); weight-0 repeat micro-batches under FSDP2/DDP.
-Design notes: docs/design.md#paw_lightningmodulepy
+optimizer come from YAML. Before an RL iteration's first mini-batch, ``on_train_epoch_start``
+takes the episodes the data module played (``datamodule.played["train"]``) and prepares the
+update (:func:`paw_lightning.update.prepare_update`: π_old, π_ref, advantages, S_α and λ_g per
+sample, which the batches then carry); the module owns the iteration's metrics and clock.
+After a validation / test it turns the held-out episodes into an
+:class:`~paw_lightning.evaluation.Evaluation` (``evaluations[split]``). Simplifications:
+log-probs at temperature 1; logits only from the shortest prompt on (``logits_to_keep``);
+weight-0 repeat micro-batches under FSDP2/DDP.
 """
 from __future__ import annotations
 
@@ -22,20 +26,25 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import fully_shard
-from torchmetrics.functional.text import char_error_rate
 
+from paw_lightning.data import RolloutDataModule
+from paw_lightning.evaluation import Evaluation, episode_results, predict_observations, teacher_forced_quality
+from paw_lightning.metrics import episode_metrics
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, scatter_read
 from paw_lightning.objectives import Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.types import LossOutput
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, RolloutEngine
-from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
+from paw_lightning.rollout.played import PlayedEpisodes
+from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
 from paw_lightning.scale.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
-from paw_lightning.training import checkpointing
+from paw_lightning.scale import checkpointing
+from paw_lightning.training.learning_signal import LearningSignalWatch
 from paw_lightning.training.memory import peak_memory_gib
 from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
 from paw_lightning.training.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.training.perf import EpochClock
+from paw_lightning.update import ScoringModel, UpdateInputs, prepare_update
 
 
 def _adamw(params):
@@ -151,10 +160,11 @@ class PaWModule(LightningModule):
         self.wm_eval_samples = wm_eval_samples
         self.tokenizer = load_tokenizer(self.lm_config)  # also validates the model source early
         self.lm = None
-        self.last_predictions: dict[int, str] = {}  # free-running o_{t+1} of the latest evaluation (sample index → text)
+        self.evaluations: dict[str, Evaluation] = {}  # the latest validation / test of each split
         self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
-        self.clock = EpochClock()  # train/perf/*: the data module times the rollout and scoring, training_step the update
+        self.clock = EpochClock()  # train/perf/*: the rollout's time as played, the scoring pass and the update as run here
+        self.signal_watch = LearningSignalWatch()  # warns after updates in a row with every advantage 0
         self.offline_updates = 0  # fits of the weights outside the trainer's steps (warm-up, SFT stages): see sampler()
 
     # ----------------------------------------------------------------- set-up
@@ -181,6 +191,30 @@ class PaWModule(LightningModule):
         :meth:`weights_changed` calls (the stages before the first update, such as the warm-up
         and SPA's self-play SFT, change the weights at global step 0)."""
         return self.engine.sampler(self.lm, self.tokenizer, max_new_tokens, token_stats, version=(self.global_step, self.offline_updates))
+
+    @property
+    def records_token_stats(self) -> bool:
+        """Whether training rollouts record the sampler's log-probs and entropies: π_old itself
+        (``old_logprobs: rollout``) or π_engine of an off-policy engine (TIS)."""
+        return self.old_logprobs == "rollout" or self.engine.off_policy
+
+    @property
+    def trains_world_model(self) -> bool:
+        """Whether training samples carry the next-observation segment (not for vanilla RL)."""
+        return self.world_model_objective is not None
+
+    def update_inputs(self) -> UpdateInputs:
+        """What :func:`~paw_lightning.update.prepare_update` reads of this module."""
+        model = ScoringModel(self.lm, self.token_outputs, self.forward_context, self.device, self.tokenizer.eos_token_id, self.score_batch_size)
+        return UpdateInputs(
+            self.policy_objective,
+            self.world_model_objective,
+            model,
+            old_logprobs=self.old_logprobs,
+            with_values=self.critic is not None,
+            off_policy=self.engine.off_policy,
+            tis_cap=self.engine.tis_cap,
+        )
 
     def weights_changed(self) -> None:
         """Tell the rollout engine that the weights changed outside the trainer's steps."""
@@ -340,11 +374,32 @@ class PaWModule(LightningModule):
         perf["train/nonfinite_steps"] = float(self.nonfinite.skipped)
         self.log_dict({"train/memory/peak_gib": max(peaks), **per_rank, **perf}, on_step=False, on_epoch=True, rank_zero_only=True, batch_size=1)
 
+    def _played(self, split: str) -> PlayedEpisodes | None:
+        """The data module's latest episodes of ``split`` (none with another kind of data)."""
+        datamodule = self.trainer.datamodule
+        return datamodule.played.get(split) if isinstance(datamodule, RolloutDataModule) else None
+
     def on_train_epoch_start(self) -> None:
-        self._log_episode_metrics("train")
-        update_metrics = getattr(self.trainer.datamodule, "update_metrics", None)
-        if update_metrics:
-            self.log_dict({f"train/{k}": v for k, v in update_metrics.items()}, sync_dist=True)
+        """Prepare this RL iteration's update from the episodes just played, before its first
+        mini-batch is collated: the scoring pass, advantages, S_α and λ_g
+        (:func:`~paw_lightning.update.prepare_update`); log the episode and update metrics."""
+        played = self._played("train")
+        if played is None or played.epoch != self.current_epoch:
+            return
+        self.clock.reset()
+        self.clock.add("rollout", played.seconds, played.response_tokens)
+        with self.clock.phase("scoring", self.device):
+            update = prepare_update(self.update_inputs(), played.samples, played.max_return)
+        sync_seconds = getattr(self.engine, "last_sync_seconds", None)  # an engine that samples from a copy
+        if sync_seconds is not None:
+            update["perf/engine_sync_s"] = sync_seconds
+        episodes = episode_metrics(played.trajectories)
+        all_zero = distributed.min_across_ranks(int(update["policy/zero_advantage_fraction"] == 1.0))
+        warning = self.signal_watch.observe(bool(all_zero), episodes.get("success_rate"))
+        if warning and distributed.rank() == 0:
+            print(warning)
+        self._log_episode_metrics("train", episodes)
+        self.log_dict({f"train/{k}": v for k, v in update.items()}, sync_dist=True)
 
     # ------------------------------------------------------------ evaluation
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -354,60 +409,32 @@ class PaWModule(LightningModule):
         self._world_model_quality(batch, "test")
 
     def on_validation_epoch_end(self) -> None:
+        """The held-out episodes just played become this split's :class:`Evaluation`: episode
+        metrics with pass@k and, on ``wm_eval_samples`` transitions, free-running predictions."""
         split = "test" if self.trainer.testing else "val"
-        self._log_episode_metrics(split)
-        buffer = getattr(self.trainer.datamodule, "eval_rollouts", {}).get(split)
-        if buffer is not None and self.wm_eval_samples > 0:
-            metrics = self.predict_observations(buffer, self.wm_eval_samples)
-            self.log_dict({f"{split}/wm/{k}": v for k, v in metrics.items()}, sync_dist=True)
+        played = self._played(split)
+        if played is None:
+            return
+        evaluation = self.evaluations[split] = Evaluation(played, episode_results(played.trajectories))
+        self._log_episode_metrics(split, evaluation.episode)
+        if self.wm_eval_samples > 0:
+            evaluation.world_model, evaluation.predictions = self.predict_observations(played.samples, self.wm_eval_samples)
+            self.log_dict({f"{split}/wm/{k}": v for k, v in evaluation.world_model.items()}, sync_dist=True)
 
     on_test_epoch_end = on_validation_epoch_end
 
-    @torch.no_grad()
-    def predict_observations(self, buffer: RolloutBuffer, n: int) -> dict[str, float]:
-        """Greedy free-running prediction of o_{t+1} from (h_t, a_t) for ``n`` transitions spread
-        over the buffer: exact match and character error rate against the true observation.
-        Each prediction is exactly as many tokens as the true observation (or fewer, if the model
-        ends its turn): the model is never trained on where an observation ends (the template's
-        end-of-turn tokens are outside ``obs_mask``, METHODS.md §1), so an unbounded prediction
-        would run on and count the overrun as errors (a CER above 1). The predictions stay in
-        ``last_predictions`` (sample index → text) for the trajectory table. Transitions without
-        a world-model target (no ``obs_mask`` token) are not predicted."""
-        targets_at = [i for i in range(len(buffer)) if buffer.obs_mask[i].any()]
-        indices = [targets_at[j] for j in spread_indices(len(targets_at), n)]
-        contexts, targets, lengths = [], [], []
-        for i in indices:
-            ids, obs = buffer.input_ids[i], buffer.obs_mask[i]
-            contexts.append(ids[~obs].tolist())
-            targets.append(self.tokenizer.decode(ids[obs], skip_special_tokens=True).strip())
-            lengths.append(int(obs.sum()))
-        budget = distributed.max_across_ranks(max([1, *lengths]))  # every rank generates as many tokens (synced forwards)
+    def predict_observations(self, buffer: RolloutBuffer, n: int) -> tuple[dict[str, float], dict[int, str]]:
+        """:func:`paw_lightning.evaluation.predict_observations` with the current weights, in sampling mode."""
         with self.generating():
-            predicted = GenerationEngine(self.lm, self.tokenizer, budget).generate_ids(contexts, temperature=0.0, seed=0, stop=None)
-        preds = [self.tokenizer.decode(p[:length], skip_special_tokens=True).strip() for p, length in zip(predicted, lengths)]
-        self.last_predictions = dict(zip(indices, preds))
-        if not preds:
-            return {}
-        return {
-            "exact_match": sum(p == t for p, t in zip(preds, targets)) / len(preds),
-            "cer": float(char_error_rate(preds, targets)),
-        }
+            return predict_observations(self.lm, self.tokenizer, buffer, n)
 
     def _world_model_quality(self, batch: dict, split: str) -> None:
-        """Teacher-forced next-observation NLL per token and token accuracy."""
+        """Teacher-forced next-observation NLL per token and token accuracy (:func:`~paw_lightning.evaluation.teacher_forced_quality`)."""
         outputs = self.token_outputs(batch, argmax=True)
-        mask = batch["obs_mask"]
-        n = mask.sum().clamp(min=1)
-        self.log_dict(
-            {f"{split}/wm/nll": -(outputs["logprobs"] * mask).sum() / n, f"{split}/wm/token_acc": (outputs["correct"] & mask).sum() / n},
-            on_epoch=True,
-            sync_dist=True,
-            batch_size=int(n),
-        )
+        nll, accuracy, n = teacher_forced_quality(outputs["logprobs"], outputs["correct"], batch["obs_mask"])
+        self.log_dict({f"{split}/wm/nll": nll, f"{split}/wm/token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
 
-    def _log_episode_metrics(self, split: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        metrics = getattr(datamodule, "episode_metrics", {}).get(split)
+    def _log_episode_metrics(self, split: str, metrics: dict[str, float]) -> None:
         if metrics:
             self.log_dict({f"{split}/episode/{k}": float(v) for k, v in metrics.items()}, sync_dist=True)
             # the progress bar shows the latest success rate and return (not logged twice)
@@ -417,7 +444,7 @@ class PaWModule(LightningModule):
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Keep only the trainable (LoRA) weights and the optimizer state, both gathered and
-        keyed by name so that any world size resumes them (:mod:`paw_lightning.training.checkpointing`),
+        keyed by name so that any world size resumes them (:mod:`paw_lightning.scale.checkpointing`),
         and the RNG states for an exact resume. A collective: runs on every rank."""
         checkpoint["state_dict"] = checkpointing.trainable_state_dict(self)
         checkpoint["trainable_parameters"] = checkpointing.trainable_names(self)

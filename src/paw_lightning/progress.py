@@ -6,6 +6,8 @@
 - :class:`PlainProgressBar`: Lightning's progress bar for output that is not a terminal, one
   line per epoch and per validation outside an epoch, no animation; the CLI uses it instead of
   Lightning's rich bar when stdout is not a TTY (:func:`interactive`).
+- :func:`describe_epoch`: how a validation is named by the epoch of its weights ("after epoch
+  3"), here and in the run summary's table (:mod:`paw_lightning.callbacks.summary`).
 """
 from __future__ import annotations
 
@@ -54,6 +56,13 @@ def _fmt(value) -> str:
     return f"{float(value):.2f}"
 
 
+def describe_epoch(epoch: int | None) -> str:
+    """How a validation is named (progress lines, the run summary's table): by the epoch of its weights."""
+    if epoch is None:
+        return "of the base model"
+    return "before the first update" if epoch < 0 else f"after epoch {epoch}"
+
+
 class PlainProgressBar(ProgressBar):
     """Lightning's progress bar as plain lines (rank 0), for a log file or CI: no animation,
     no carriage returns, each line flushed. Inside ``fit`` one line per epoch::
@@ -78,6 +87,7 @@ class PlainProgressBar(ProgressBar):
         self._epoch_mark = time.perf_counter()  # when the current epoch's time began
         self._outside = 0.0  # seconds since _epoch_mark spent in validations outside an epoch
         self._eval_start = 0.0
+        self._last_eval_end = float("-inf")  # perf_counter() when the previous evaluation ended
         self._in_epoch = False
         self._epoch_val: dict[str, float] | None = None
 
@@ -145,20 +155,21 @@ class PlainProgressBar(ProgressBar):
 
     on_validation_start = on_test_start = _eval_start_hook
 
-    def _eval_seconds(self, trainer) -> float:
+    def _eval_seconds(self, pl_module, split: str) -> float:
         """An evaluation's wall time, its episodes included. Lightning fetches the first batch,
         and so plays the held-out episodes (``_EvalEpisodes``), before ``on_validation_start``;
-        the clock therefore starts at the data module's ``eval_started`` when that came first
-        (read once: the next evaluation sets it again)."""
-        start = self._eval_start
-        datamodule = getattr(trainer, "datamodule", None)
-        played = getattr(datamodule, "eval_started", None)
-        if played is not None:
-            start, datamodule.eval_started = min(start, played), None
-        return time.perf_counter() - start
+        the clock therefore starts when the module's latest evaluation of ``split`` began
+        playing, if that came first and after the previous evaluation ended (an older
+        evaluation's start is never read)."""
+        start, now = self._eval_start, time.perf_counter()
+        evaluation = getattr(pl_module, "evaluations", {}).get(split)  # a module other than PaWModule has none
+        if evaluation is not None and evaluation.played.started > self._last_eval_end:
+            start = min(start, evaluation.played.started)
+        self._last_eval_end = now
+        return now - start
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        seconds = self._eval_seconds(trainer)
+        seconds = self._eval_seconds(pl_module, "val")
         if trainer.sanity_checking:
             return
         if self._in_epoch:  # part of the epoch's line
@@ -166,12 +177,10 @@ class PlainProgressBar(ProgressBar):
             return
         self._outside += seconds
         if trainer.state.fn == "fit":
-            from paw_lightning.callbacks.summary import describe  # noqa: PLC0415 - callbacks import this module
-
-            label = f"validation {describe(trainer.current_epoch)}"
+            label = f"validation {describe_epoch(trainer.current_epoch)}"
         else:
             label = "validation"
         self._line(label, *self._eval_parts(trainer, "val"), f"{seconds:.1f} s")
 
     def on_test_end(self, trainer, pl_module) -> None:
-        self._line("test", *self._eval_parts(trainer, "test"), f"{self._eval_seconds(trainer):.1f} s")
+        self._line("test", *self._eval_parts(trainer, "test"), f"{self._eval_seconds(pl_module, 'test'):.1f} s")

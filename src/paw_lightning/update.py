@@ -1,19 +1,22 @@
 """One RL update, top to bottom: everything between the rollout and the first optimizer step.
 
-:func:`prepare_update`, called once per RL iteration by the data module with this rank's step
-samples, fills in per sample everything ``PaWModule.compute_loss`` reads: (1) :func:`score`:
+:func:`prepare_update`, called once per RL iteration by ``PaWModule.on_train_epoch_start`` with
+this rank's step samples and the :class:`UpdateInputs` it needs (nothing else of the module), fills in per sample everything ``PaWModule.compute_loss`` reads: (1) :func:`score`:
 π_old, π_ref (only with the KL term), mean action-token entropies and, with a critic, V(h_t);
 with an off-policy engine, the TIS weights min(π_old / π_engine, C); (2) the advantages A (and value targets) from the policy objective's estimator; (3) S_α, the
 top-α entropy selection over every rank (a collective; unselected transitions lose their
 observation tokens); (4) λ_g of each sample's task group, from the world-model's balancer.
-
-Design notes: docs/design.md#paw_lightningupdatepy
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import torch
 
 from paw_lightning.model import reference_policy
+from paw_lightning.objectives import PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.selection import transition_entropy
 from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
@@ -21,21 +24,65 @@ from paw_lightning.training.learning_signal import zero_advantage_fraction
 from paw_lightning.training.microbatch import split_by_tokens
 
 
-def prepare_update(module, buffer: RolloutBuffer, max_return: float | None = None) -> dict[str, float]:
+@dataclass(frozen=True)
+class ScoringModel:
+    """The model as the scoring pass uses it.
+
+    Args:
+        lm: the (LoRA) language model; its adapters are disabled for π_ref.
+        token_outputs: ``PaWModule.token_outputs``: per-token log-probs (and entropies, values) of a batch.
+        forward_context: the trainer's compute precision around a forward.
+        device: where batches go.
+        idle_token_id: the token of an idle forward (a rank with fewer chunks than its peers runs one).
+        batch_size: samples per scoring forward (``model.score_batch_size``).
+    """
+
+    lm: torch.nn.Module
+    token_outputs: Callable[..., dict[str, torch.Tensor]]
+    forward_context: Callable[[], AbstractContextManager]
+    device: torch.device
+    idle_token_id: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class UpdateInputs:
+    """Everything preparing an update reads, and nothing more.
+
+    Args:
+        policy_objective: its advantage estimator fills A; ``needs_reference``: the KL term's π_ref.
+        world_model_objective: S_α selection and λ_g; ``None`` for vanilla RL.
+        model: the scoring pass's model.
+        old_logprobs: ``recompute`` (a scoring forward) or ``rollout`` (the sampler's log-probs).
+        with_values: a critic reads V(h_t) (PPO's GAE).
+        off_policy: the rollout engine samples from another copy of the weights (TIS).
+        tis_cap: C of the truncated importance weights; ``None``: report the gap only.
+    """
+
+    policy_objective: PolicyObjective
+    world_model_objective: WorldModelObjective | None
+    model: ScoringModel
+    old_logprobs: str = "recompute"
+    with_values: bool = False
+    off_policy: bool = False
+    tis_cap: float | None = None
+
+
+def prepare_update(inputs: UpdateInputs, buffer: RolloutBuffer, max_return: float | None = None) -> dict[str, float]:
     """Steps 1–4 above, in place on ``buffer``; returns the update's diagnostics (the
     advantage estimator's, the share of zero advantages and the selection's entropy quantiles). ``max_return``: the
     environment's return of a won episode (R_max of the reward-adaptive λ)."""
-    score(module, buffer)
-    estimator = module.policy_objective.advantage
-    if module.critic is not None:
+    score(inputs, buffer)
+    estimator = inputs.policy_objective.advantage
+    if inputs.with_values:
         buffer.advantages, buffer.returns = estimator.advantages_and_returns(buffer.info)
     else:
         buffer.advantages = estimator(buffer.info)
     metrics = dict(getattr(estimator, "last_diagnostics", {}))
     metrics["policy/zero_advantage_fraction"] = zero_advantage_fraction(buffer.advantages)
-    if module.engine.off_policy:
-        metrics.update(off_policy_correction(buffer, module.engine.tis_cap))
-    wm = module.world_model_objective
+    if inputs.off_policy:
+        metrics.update(off_policy_correction(buffer, inputs.tis_cap))
+    wm = inputs.world_model_objective
     if wm is None:
         return metrics
     entropies = buffer.action_entropy[wm.entropy]
@@ -80,7 +127,7 @@ def off_policy_correction(buffer: RolloutBuffer, cap: float | None) -> dict[str,
 
 
 @torch.no_grad()
-def score(module, buffer: RolloutBuffer) -> None:
+def score(inputs: UpdateInputs, buffer: RolloutBuffer) -> None:
     """The scoring pass: π_old log-probs, reference log-probs (adapters disabled, only when
     the KL term needs them), each transition's mean action-token entropy (both estimators of
     :mod:`paw_lightning.objectives.selection`) and, with a critic, V(h_t). Runs on the
@@ -88,23 +135,24 @@ def score(module, buffer: RolloutBuffer) -> None:
     same number of forwards (FSDP2 collectives). Skipped when the rollout
     already recorded π_old and the entropies (``model.old_logprobs: rollout``) and neither
     π_ref nor V(h_t) is needed."""
-    from_rollout = module.old_logprobs == "rollout"  # the same decision on every rank (collectives)
+    from_rollout = inputs.old_logprobs == "rollout"  # the same decision on every rank (collectives)
     if from_rollout:
         if len(buffer.sampler_logprobs) != len(buffer):
             raise RuntimeError("model.old_logprobs is 'rollout' but the rollout recorded no sampler log-probs: its engine must run with token_stats=True")
         buffer.old_logprobs = list(buffer.sampler_logprobs)
         buffer.action_entropy = buffer.sampler_entropy or {"full": torch.zeros(0), "sampled": torch.zeros(0)}  # a rank without samples
-    policy_forward = not from_rollout or module.critic is not None  # V(h_t) comes from the adapters-on forward
-    needs_reference = module.policy_objective.needs_reference
+    policy_forward = not from_rollout or inputs.with_values  # V(h_t) comes from the adapters-on forward
+    needs_reference = inputs.policy_objective.needs_reference
     if not policy_forward and not needs_reference:
         return
-    was_training = module.lm.training
-    module.lm.eval()
+    model = inputs.model
+    was_training = model.lm.training
+    model.lm.eval()
     try:
-        with module.forward_context():  # the update's precision: π_old is the first optimizer step's π_θ
-            _score_forwards(module, buffer, needs_reference, policy_forward)
+        with model.forward_context():  # the update's precision: π_old is the first optimizer step's π_θ
+            _score_forwards(model, buffer, needs_reference, policy_forward, inputs.with_values)
     finally:
-        module.lm.train(was_training)
+        model.lm.train(was_training)
 
 
 def score_chunks(lengths: list[int], size: int) -> list[list[int]]:
@@ -116,36 +164,36 @@ def score_chunks(lengths: list[int], size: int) -> list[list[int]]:
     return split_by_tokens(lengths, None, size)
 
 
-def _score_forwards(module, buffer: RolloutBuffer, needs_reference: bool, policy_forward: bool) -> None:
-    """The forwards of :func:`score`, in :func:`score_chunks` of ``module.score_batch_size``;
+def _score_forwards(model: ScoringModel, buffer: RolloutBuffer, needs_reference: bool, policy_forward: bool, with_values: bool) -> None:
+    """The forwards of :func:`score`, in :func:`score_chunks` of ``model.batch_size``;
     each sample's results are stored at its own index."""
     view = buffer.policy_view()  # no world-model segment: π_old, π_ref and entropies are read on actions only
     lengths = [ids.numel() for ids in view.input_ids]
-    chunks = score_chunks(lengths, module.score_batch_size)
+    chunks = score_chunks(lengths, model.batch_size)
     n = len(buffer)
     old = [None] * n
     ref = [None] * n if needs_reference else []
-    values = torch.zeros(n, dtype=torch.float32) if module.critic is not None else None
+    values = torch.zeros(n, dtype=torch.float32) if with_values else None
     entropy = {name: torch.zeros(n, dtype=torch.float32) for name in ("full", "sampled")}  # the default dtype may be bfloat16 (bf16-true)
     for k in range(distributed.max_across_ranks(len(chunks))):
         if k >= len(chunks):  # keep this rank's forwards (FSDP2 collectives) in step with its peers
-            idle = distributed.idle_batch(module.tokenizer.eos_token_id, module.device)
+            idle = distributed.idle_batch(model.idle_token_id, model.device)
             if needs_reference:
-                with reference_policy(module.lm):
-                    module.token_outputs(idle)
+                with reference_policy(model.lm):
+                    model.token_outputs(idle)
             if policy_forward:
-                module.token_outputs(idle)
+                model.token_outputs(idle)
             continue
         indices = chunks[k]
-        batch = {key: v.to(module.device) for key, v in view.collate(indices).items()}
+        batch = {key: v.to(model.device) for key, v in view.collate(indices).items()}
         if needs_reference:
-            with reference_policy(module.lm):
-                ref_lp = module.token_outputs(batch)["logprobs"].cpu()
+            with reference_policy(model.lm):
+                ref_lp = model.token_outputs(batch)["logprobs"].cpu()
             for row, i in enumerate(indices):
                 ref[i] = ref_lp[row, : lengths[i]]
         if not policy_forward:
             continue
-        outputs = module.token_outputs(batch, entropy=True)
+        outputs = model.token_outputs(batch, entropy=True)
         if values is not None:
             values[indices] = outputs["values"].float().cpu()
         for name in entropy:

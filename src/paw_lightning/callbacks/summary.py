@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from lightning.pytorch import Callback
 
+from paw_lightning.progress import describe_epoch
 from paw_lightning.tracking.artifacts import evaluated_epoch, mlflow_logger, run_directory
 from paw_lightning.tracking.evaluation import _number
 from paw_lightning.tracking.logger import PawMLFlowLogger
@@ -127,13 +128,6 @@ def format_markdown(rows: list[SummaryRow], before_label: str, after_label: str,
     return "\n".join(lines) + "\n"
 
 
-def describe(epoch: int | None) -> str:
-    """How the table names a validation: by the epoch of its weights."""
-    if epoch is None:
-        return "of the base model"
-    return "before the first update" if epoch < 0 else f"after epoch {epoch}"
-
-
 # ------------------------------------------------------------------ the callback
 class RunSummary(Callback):
     """Args:
@@ -182,7 +176,8 @@ class RunSummary(Callback):
                 before_epoch, before = earlier
         if before_epoch == after_epoch:  # a single validation: nothing to compare it with
             before_epoch, before = None, {}
-        self.summary = self.build(before_epoch, before, after_epoch, self.snapshots[after_epoch], trainer.datamodule)
+        evaluation = getattr(pl_module, "evaluations", {}).get(self.split)  # a module other than PaWModule has none
+        self.summary = self.build(before_epoch, before, after_epoch, self.snapshots[after_epoch], evaluation.played.plan if evaluation is not None else None)
         logger = mlflow_logger(trainer)
         epochs = " and ".join(str(e) for e in (before_epoch, after_epoch) if e is not None)
         source = f"From the {self.split}/ metrics logged at epoch{'s' if before_epoch is not None else ''} {epochs}"
@@ -191,17 +186,16 @@ class RunSummary(Callback):
         print(f"\n{self.summary['text']}\n{source}", flush=True)
         self._write(trainer, self.summary.pop("markdown"))
 
-    def build(self, before_epoch: int | None, before: dict, after_epoch: int, after: dict, datamodule=None) -> dict:
+    def build(self, before_epoch: int | None, before: dict, after_epoch: int, after: dict, plan: dict | None = None) -> dict:
         """The summary of two validations (``before_epoch=None``: none before): rows, terminal
-        text and markdown."""
-        rows = summary_rows(before, after, self.split, getattr(datamodule, "env_name", None))
+        text and markdown; ``plan``: what the evaluations played (:func:`paw_lightning.evaluation.eval_plan`)."""
+        rows = summary_rows(before, after, self.split, plan["env"] if plan else None)
         title = ""
-        if hasattr(datamodule, "eval_plan"):
-            plan = datamodule.eval_plan(self.split)
+        if plan:
             episodes = f"{plan['group_size']} episode{'s' if plan['group_size'] != 1 else ''}"
             title = f"{self.split}: {plan['groups']} held-out tasks × {episodes}, temperature {plan['temperature']:g}"
-        before_label = describe(before_epoch) if before_epoch is not None else "(none)"
-        after_label = describe(after_epoch)
+        before_label = describe_epoch(before_epoch) if before_epoch is not None else "(none)"
+        after_label = describe_epoch(after_epoch)
         return {
             "split": self.split,
             "plan": title,

@@ -31,7 +31,7 @@ from paw_lightning.demonstrations import REASON, SOURCES, Demonstration, collate
 from paw_lightning.progress import progress_bar
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.scale import distributed
-from paw_lightning.training import checkpointing
+from paw_lightning.scale import checkpointing
 from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
 
 

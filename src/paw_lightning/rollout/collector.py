@@ -15,10 +15,11 @@ import hashlib
 from dataclasses import dataclass, field
 
 
+from paw_lightning.envs.actions import parse_action
 from paw_lightning.envs.pool import EnvPool
 from paw_lightning.progress import progress_bar
 from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder, parse_action
+from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 from paw_lightning.scale import distributed
 
 

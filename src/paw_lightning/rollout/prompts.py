@@ -1,4 +1,4 @@
-"""The agent prompt and action parsing (METHODS.md §1).
+"""The agent prompt (METHODS.md §1); the action's tag and parser are :mod:`paw_lightning.envs.actions`.
 
 The prompt follows verl-agent / PaW: a one-line role, the task, how many steps were
 taken, the last K (observation, action) pairs, the current observation, the admissible
@@ -11,8 +11,9 @@ Design notes: docs/design.md#paw_lightningrolloutpromptspy
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from paw_lightning.envs.actions import ACTION_TAGS
 
 
 INSTRUCTION = (
@@ -42,24 +43,7 @@ SEARCH_INSTRUCTION = (  # Search-R1's prompt (search QA, docs/search_qa.md#the-p
     "needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
     "illustrations. For example, <answer> Beijing </answer>."
 )
-STYLES = ("verl", "compact", "spa", "rwml", "search")
-# the other styles: "action"; a tuple: the action is the first span of any of these tags, kept whole
-ACTION_TAGS: dict[str, str | tuple[str, ...]] = {"spa": "answer", "rwml": "next_state", "search": ("search", "answer")}
-
-
-def parse_action(response: str, tag: str | tuple[str, ...] = "action") -> str | None:
-    """The text inside the first ``<tag>…</tag>`` pair (``action``; SPA's format: ``answer``),
-    stripped; ``None`` if there is no well-formed, non-empty tag (an *invalid* response).
-    With a tuple of tags: the first well-formed span of any of them, whole, its content
-    stripped (``<search>q</search>``), so the environment knows which tag it was."""
-    tags = (tag,) if isinstance(tag, str) else tag
-    match = re.search("<(" + "|".join(map(re.escape, tags)) + r")>(.*?)</\1>", response, re.DOTALL)
-    if match is None:
-        return None
-    action = match.group(2).strip()
-    if not action:
-        return None
-    return action if isinstance(tag, str) else f"<{match.group(1)}>{action}</{match.group(1)}>"
+STYLES = ("verl", "compact", "spa", "rwml", "search")  # the action tag of each: envs/actions.py
 
 
 @dataclass
@@ -111,7 +95,7 @@ class PromptBuilder:
     @property
     def action_tag(self) -> str | tuple[str, ...]:
         """The tag the response's action is in: ``answer`` (SPA), ``next_state`` (RWML), else
-        ``action``; ``search``: the tuple ``("search", "answer")`` (see :func:`parse_action`)."""
+        ``action``; ``search``: the tuple ``("search", "answer")`` (see :func:`paw_lightning.envs.actions.parse_action`)."""
         return ACTION_TAGS.get(self.style, "action")
 
     @property

@@ -17,7 +17,7 @@ import os
 import tempfile
 
 from paw_lightning.rollout.engine import GenerationEngine, RolloutEngine, stop_strings
-from paw_lightning.training.checkpointing import trainable_state_dict
+from paw_lightning.scale.checkpointing import trainable_state_dict
 
 
 def _vllm():

@@ -5,7 +5,7 @@ PaWModule applies FSDP2 (``fully_shard``) in ``configure_model`` over the mesh's
 that then matter, so a YAML file needs neither arithmetic nor interpolation:
 ``data_parallel_size`` = ``trainer.num_nodes × trainer.devices`` with
 ``tensor_parallel_size`` = 1, and ``save_distributed_checkpoint=False`` (one file of gathered
-trainable weights, :mod:`paw_lightning.training.checkpointing`).
+trainable weights, :mod:`paw_lightning.scale.checkpointing`).
 
 Design notes: docs/design.md#paw_lightningscalestrategypy
 """
@@ -16,7 +16,7 @@ from datetime import timedelta
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies import ModelParallelStrategy
 
-from paw_lightning.training import checkpointing
+from paw_lightning.scale import checkpointing
 
 
 class FSDP2Strategy(ModelParallelStrategy):

@@ -19,7 +19,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from paw_lightning.rollout.samples import spread_indices
-from paw_lightning.training.checkpointing import trainable_state_dict
+from paw_lightning.scale.checkpointing import trainable_state_dict
 from paw_lightning.training.memory import peak_rss_gib
 
 RUN_ID_KEY = "mlflow_run_id"
@@ -151,10 +151,10 @@ class MLflowTracking(Callback):
     # ------------------------------------------------- trajectory tables
     def _log_table(self, trainer, pl_module, split: str) -> None:
         logger = mlflow_logger(trainer)
-        buffer = getattr(trainer.datamodule, "eval_rollouts", {}).get(split)
-        if logger is None or buffer is None or self.trajectory_rows == 0 or not trainer.is_global_zero or trainer.sanity_checking:
+        evaluation = getattr(pl_module, "evaluations", {}).get(split)  # a module other than PaWModule has none
+        if logger is None or evaluation is None or self.trajectory_rows == 0 or not trainer.is_global_zero or trainer.sanity_checking:
             return
-        columns = trajectory_rows(buffer, pl_module.tokenizer, pl_module.last_predictions, self.trajectory_rows)
+        columns = trajectory_rows(evaluation.played.samples, pl_module.tokenizer, evaluation.predictions, self.trajectory_rows)
         if columns["prompt"]:
             logger.experiment.log_table(logger.run_id, columns, f"trajectories/{split}_{epoch_label(trainer, pl_module)}.json")
 

@@ -3,9 +3,9 @@
 After every validation / test, rank 0 writes ``<run dir>/eval/<split>_<epoch label>.json``
 (``epoch<E>``, ``start`` before a fit's first update, ``base`` without a checkpoint) and logs
 it to the MLflow run as ``eval/<same name>``: every ``<split>/`` metric, the stage, epoch,
-checkpoint and the evaluation plan (:meth:`RolloutDataModule.eval_plan`), so a number in a
-table can be traced to what was played. ``--evaluation.write_json=false`` turns it off.
-Design notes: docs/design.md#paw_lightningtrackingevaluationpy
+checkpoint and the evaluation plan (:func:`paw_lightning.evaluation.eval_plan`, read from the
+module's latest :class:`~paw_lightning.evaluation.Evaluation`), so a number in a table can be
+traced to what was played. ``--evaluation.write_json=false`` turns it off.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class EvaluationReport(Callback):
 
     def report(self, trainer, pl_module, split: str) -> dict:
         metrics = {k: _number(v) for k, v in sorted(trainer.logged_metrics.items()) if k.startswith(f"{split}/")}
-        datamodule = trainer.datamodule
+        evaluation = getattr(pl_module, "evaluations", {}).get(split)  # a module other than PaWModule has none
         return {
             "stage": str(trainer.state.fn.value),
             "split": split,
@@ -46,7 +46,7 @@ class EvaluationReport(Callback):
             "global_step": trainer.global_step,
             "checkpoint": str(trainer.ckpt_path) if trainer.ckpt_path else None,
             "metrics": metrics,
-            "eval": datamodule.eval_plan(split) if hasattr(datamodule, "eval_plan") else None,
+            "eval": evaluation.played.plan if evaluation is not None else None,
         }
 
     def _write(self, trainer, pl_module, split: str) -> None:

@@ -7,7 +7,6 @@
   tokens trained on (padding excluded) by all ranks ÷ ``rollout_s`` / ``update_s``.
 
 Seconds are the slowest rank's; validation is in no phase.
-Design notes: docs/design.md#paw_lightningtrainingperfpy
 """
 from __future__ import annotations
 
@@ -45,6 +44,11 @@ class EpochClock:
             if device is not None and device.type == "cuda":
                 torch.cuda.synchronize(device)
             self.seconds[name] += time.perf_counter() - start
+
+    def add(self, name: str, seconds: float, tokens: int = 0) -> None:
+        """Add a phase timed elsewhere (the rollout, which the data module plays)."""
+        self.seconds[name] += seconds
+        self.tokens[name] += int(tokens)
 
     def count(self, name: str, tokens: int) -> None:
         self.tokens[name] += int(tokens)

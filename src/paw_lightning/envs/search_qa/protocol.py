@@ -1,7 +1,7 @@
 """Search-R1's turn protocol: one ``<search>query</search>`` or ``<answer>…</answer>`` per response.
 
-``parse`` reads the response with the framework's parser (``parse_action`` with the ``search``
-prompt style's tags), so the environment and the collector's invalid count always agree: the
+``parse`` reads the response with the framework's parser (:func:`paw_lightning.envs.actions.parse_action`
+with the ``search`` prompt style's tags), so the environment and the collector's invalid count always agree: the
 first well-formed, non-empty span of either tag decides; none is an invalid response.
 ``information`` renders retrieved passages as Search-R1 does (``Doc i(Title: t) text``).
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
+from paw_lightning.envs.actions import ACTION_TAGS, parse_action
 from paw_lightning.retrieval.base import Passage
-from paw_lightning.rollout.prompts import ACTION_TAGS, parse_action
 
 TAGS = ACTION_TAGS["search"]  # ("search", "answer")
 INVALID = ("My previous action is invalid. If I want to search, I should put the query between <search> and "

@@ -1,0 +1,106 @@
+"""A held-out evaluation (validation or test) of the current weights, in one place.
+
+The data module plays the held-out tasks (:class:`~paw_lightning.rollout.played.PlayedEpisodes`,
+with the :func:`eval_plan` of what it played); :class:`PaWModule` turns them into an
+:class:`Evaluation` at the end of each validation / test: the episode metrics with pass@k,
+the teacher-forced world-model NLL and token accuracy of its ``validation_step``s, and
+greedy free-running next-observation predictions (:func:`predict_observations`). The
+evaluation report, the trajectory table, the progress lines and the run summary read the
+module's latest ``Evaluation`` of a split and compute nothing themselves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torchmetrics.functional.text import char_error_rate
+
+from paw_lightning.metrics import episode_metrics, pass_at_k_metrics
+from paw_lightning.rollout.collector import derive_seed
+from paw_lightning.rollout.engine import GenerationEngine
+from paw_lightning.rollout.played import PlayedEpisodes
+from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
+from paw_lightning.scale import distributed
+
+
+def eval_plan(split: str, env: str, env_kwargs: dict, groups: int, group_size: int, temperature: float, max_steps: int, seed: int) -> dict:
+    """What an evaluation of ``split`` (``val`` / ``test``) plays, for its report: the held-out
+    tasks (group g resets with task seed ``derive_seed(split, g)``, the same in every
+    evaluation and run), the sampling seed of each rank (``derive_seed(seed, split, rank)``),
+    the episodes per task, the temperature and the environment arguments."""
+    return {
+        "split": split,
+        "env": env,
+        "env_kwargs": dict(env_kwargs),
+        "groups": groups,
+        "group_size": group_size,
+        "temperature": temperature,
+        "max_steps": max_steps,
+        "task_seeds": [derive_seed(split, g) for g in range(groups)],
+        "sampling_seeds": [derive_seed(seed, split, r) for r in range(distributed.world_size())],
+    }
+
+
+def episode_results(trajectories) -> dict[str, float]:
+    """The episode metrics of held-out episodes: :func:`~paw_lightning.metrics.episode_metrics`
+    and pass@k (a collective under ``torch.distributed``: every rank calls it)."""
+    return {**episode_metrics(trajectories), **pass_at_k_metrics(trajectories)}
+
+
+@dataclass
+class Evaluation:
+    """One validation or test: what was played, and what was measured on it.
+
+    Args:
+        played: the held-out episodes of this rank.
+        episode: :func:`episode_results` (logged as ``<split>/episode/*``).
+        world_model: free-running prediction quality, ``exact_match`` and ``cer``
+            (logged as ``<split>/wm/*``); empty when not measured.
+        predictions: the free-running o_{t+1} per sample index (the trajectory table).
+    """
+
+    played: PlayedEpisodes
+    episode: dict[str, float]
+    world_model: dict[str, float] = field(default_factory=dict)
+    predictions: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def split(self) -> str:
+        return self.played.split
+
+
+def teacher_forced_quality(logprobs: torch.Tensor, correct: torch.Tensor, obs_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Next-observation NLL per token, −Σ log p(o) / n, and token accuracy, Σ [argmax = o] / n,
+    over the ``obs_mask`` tokens of a batch; returns (nll, accuracy, n) with n ≥ 1."""
+    n = obs_mask.sum().clamp(min=1)
+    return -(logprobs * obs_mask).sum() / n, (correct & obs_mask).sum() / n, n
+
+
+@torch.no_grad()
+def predict_observations(lm, tokenizer, buffer: RolloutBuffer, n: int) -> tuple[dict[str, float], dict[int, str]]:
+    """Greedy free-running prediction of o_{t+1} from (h_t, a_t) for ``n`` transitions spread
+    over the buffer: exact match and character error rate against the true observation, and
+    the predictions (sample index → text). Call it in the module's ``generating()`` context.
+
+    Each prediction is exactly as many tokens as the true observation (or fewer, if the model
+    ends its turn): the model is never trained on where an observation ends (the template's
+    end-of-turn tokens are outside ``obs_mask``, METHODS.md §1), so an unbounded prediction
+    would run on and count the overrun as errors (a CER above 1). Transitions without a
+    world-model target (no ``obs_mask`` token) are not predicted. Every rank generates as many
+    tokens (synced forwards under FSDP2)."""
+    targets_at = [i for i in range(len(buffer)) if buffer.obs_mask[i].any()]
+    indices = [targets_at[j] for j in spread_indices(len(targets_at), n)]
+    contexts, targets, lengths = [], [], []
+    for i in indices:
+        ids, obs = buffer.input_ids[i], buffer.obs_mask[i]
+        contexts.append(ids[~obs].tolist())
+        targets.append(tokenizer.decode(ids[obs], skip_special_tokens=True).strip())
+        lengths.append(int(obs.sum()))
+    budget = distributed.max_across_ranks(max([1, *lengths]))
+    predicted = GenerationEngine(lm, tokenizer, budget).generate_ids(contexts, temperature=0.0, seed=0, stop=None)
+    preds = [tokenizer.decode(p[:length], skip_special_tokens=True).strip() for p, length in zip(predicted, lengths)]
+    predictions = dict(zip(indices, preds))
+    if not preds:
+        return {}, predictions
+    metrics = {"exact_match": sum(p == t for p, t in zip(preds, targets)) / len(preds), "cer": float(char_error_rate(preds, targets))}
+    return metrics, predictions

@@ -1,0 +1,40 @@
+"""What the data module hands on: the episodes one rank played for one split, as samples.
+
+:class:`PlayedEpisodes` is the data module's whole output for an RL iteration (``train``) or a
+held-out evaluation (``val`` / ``test``). The module reads it to prepare and log the update
+or the evaluation; nothing is ever written back into it by the data module's consumers except
+the per-sample fields of ``samples`` that preparing the update fills in (π_old, advantages,
+S_α, λ_g), which the training mini-batches then carry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from paw_lightning.rollout.collector import Trajectory
+from paw_lightning.rollout.samples import RolloutBuffer
+
+
+@dataclass
+class PlayedEpisodes:
+    """Args:
+    split: ``train``, ``val`` or ``test``.
+    epoch: the trainer's epoch when they were played.
+    trajectories: this rank's episodes.
+    samples: one sample per step (:func:`~paw_lightning.rollout.samples.build_buffer`).
+    started: ``time.perf_counter()`` when playing began.
+    seconds: wall time of playing (generation and environment steps).
+    response_tokens: tokens this rank generated.
+    max_return: the environment's return of a won episode (R_max of the reward-adaptive λ),
+        ``None`` if the environment does not declare one.
+    plan: for ``val`` / ``test``, what was played (:func:`paw_lightning.evaluation.eval_plan`).
+    """
+
+    split: str
+    epoch: int
+    trajectories: list[Trajectory]
+    samples: RolloutBuffer
+    started: float
+    seconds: float
+    response_tokens: int
+    max_return: float | None = None
+    plan: dict = field(default_factory=dict)
