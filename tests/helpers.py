@@ -140,6 +140,7 @@ def make_module(tiny_model_dir, dtype: str = "float32", **kwargs):
     from paw_lightning.model import LMConfig
     from paw_lightning.module import PaWModule
 
+    kwargs = {"world_model_objective": None, "max_grad_norm": None, **kwargs}  # vanilla RL, no clipping, unless a test asks
     module = PaWModule(lm=LMConfig(name_or_path=str(tiny_model_dir), dtype=dtype), **kwargs)
     module.configure_model()
     with torch.no_grad():

@@ -29,7 +29,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from paw_lightning.callbacks import RunSummary
 from paw_lightning.callbacks.stages import STAGES, stage_replacements
 from paw_lightning.data import RolloutDataModule
-from paw_lightning.module import PaWModule
+from paw_lightning.module import DEFAULT_LR, PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
 from paw_lightning.scale import peers
 from paw_lightning.tracking import EvaluationReport, MLflowSaveConfigCallback, MLflowTracking, resume_mlflow_run
@@ -84,6 +84,8 @@ class PawCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         # save at every epoch end, also when validation runs only every k epochs (Lightning would wait for it)
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.every_n_epochs": 1, "checkpoint.save_on_train_epoch_end": True})
+        # PaWModule's default optimizer as a class spec, so that --model.optimizer.init_args.lr=… works
+        parser.set_defaults({"model.optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": DEFAULT_LR}}})
         parser.add_lightning_class_args(MLflowTracking, "mlflow")
         parser.add_lightning_class_args(EvaluationReport, "evaluation")
         parser.add_lightning_class_args(RunSummary, "summary")

@@ -14,6 +14,7 @@ no training computation and reads nothing back from the module.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -123,8 +124,8 @@ class RolloutDataModule(LightningDataModule):
         self,
         env: str = "frozenlake",
         env_kwargs: dict[str, Any] | None = None,
-        rollout: RolloutSettings | None = None,
-        evaluation: EvaluationSettings | None = None,
+        rollout: RolloutSettings = RolloutSettings(),
+        evaluation: EvaluationSettings = EvaluationSettings(),
         ppo_epochs: int = 1,
         mini_batch_size: int = 16,
         env_workers: int = 0,
@@ -133,8 +134,9 @@ class RolloutDataModule(LightningDataModule):
         progress: bool = True,
     ):
         super().__init__()
-        self.rollout = rollout = rollout or RolloutSettings()
-        self.evaluation = evaluation = evaluation or EvaluationSettings()
+        # copies: the default instances are shared by every call
+        self.rollout = rollout = dataclasses.replace(rollout) if rollout is not None else RolloutSettings()
+        self.evaluation = evaluation = dataclasses.replace(evaluation) if evaluation is not None else EvaluationSettings()
         positive = {"rollout.groups": rollout.groups, "rollout.group_size": rollout.group_size, "rollout.max_steps": rollout.max_steps,
                     "evaluation.groups": evaluation.groups, "evaluation.group_size": evaluation.group_size, "ppo_epochs": ppo_epochs, "mini_batch_size": mini_batch_size}
         for name, value in positive.items():

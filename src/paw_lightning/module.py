@@ -16,6 +16,7 @@ weight-0 repeat micro-batches under FSDP2/DDP.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 from pathlib import Path
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from lightning.pytorch import LightningModule
+from jsonargparse import lazy_instance
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import fully_shard
@@ -31,7 +33,7 @@ from paw_lightning.data import RolloutDataModule
 from paw_lightning.evaluation import Evaluation, episode_results, predict_observations, teacher_forced_quality
 from paw_lightning.metrics import episode_metrics
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, scatter_read
-from paw_lightning.objectives import Critic, PolicyObjective, WorldModelObjective
+from paw_lightning.objectives import ClippedMAE, Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.types import LossOutput
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, RolloutEngine
 from paw_lightning.rollout.played import PlayedEpisodes
@@ -47,19 +49,39 @@ from paw_lightning.training.perf import EpochClock
 from paw_lightning.update import ScoringModel, UpdateInputs, prepare_update
 
 
-def _adamw(params):
-    return torch.optim.AdamW(params, lr=1e-5)
+DEFAULT_LR = 1e-4  # the recipe's AdamW learning rate; the CLI's model.optimizer default is built from it
+
+
+def default_optimizer(params) -> torch.optim.Optimizer:
+    """AdamW with lr :data:`DEFAULT_LR` and torch's other defaults (the CLI shows it as
+    ``class_path: torch.optim.AdamW``, ``init_args.lr``)."""
+    return torch.optim.AdamW(params, lr=DEFAULT_LR)
+
+
+# The published PaW recipe as the signature's defaults (METHODS.md): GRPO's clipped surrogate
+# with a k3 KL term; the clipped MAE on the top α = 0.75 action-entropy transitions weighted by
+# the reward-adaptive λ_g. ``lazy_instance`` lets the CLI print and merge them as class_path /
+# init_args; a module built with a default gets its own fresh instance (see _own).
+PAW_POLICY = lazy_instance(PolicyObjective)  # advantage: null means GRPO()
+PAW_WORLD_MODEL = lazy_instance(ClippedMAE)  # balancer: null means RewardAdaptiveLambda()
+
+
+def _own(value, default, cls):
+    """``value``, or a new ``cls()`` when it is the signature's shared default object."""
+    return cls() if value is default else value
 
 
 class PaWModule(LightningModule):
     """Args:
     lm: which model to load and how to attach LoRA.
-    policy_objective: the RL loss (advantage estimator + clipped surrogate + KL).
+    policy_objective: the RL loss (advantage estimator + clipped surrogate + KL); default
+        ``PolicyObjective()``: GRPO, ε 0.2, KL 0.01 (k3).
     critic: PPO's value head, value loss, its weight and learning rate
         (:class:`~paw_lightning.objectives.Critic`); required by, and only allowed with, an
         advantage estimator that reads values (GAE).
-    world_model_objective: next-observation loss on the same weights; ``null`` for vanilla RL.
-    optimizer: built over the trainable (LoRA) parameters only.
+    world_model_objective: next-observation loss on the same weights; default ``ClippedMAE()``
+        (PaW: ρ 0.2, α 0.75, reward-adaptive λ); ``null`` for vanilla RL.
+    optimizer: built over the trainable (LoRA) parameters only; default AdamW, lr 1e-4.
     score_batch_size: samples per forward of the no-grad scoring pass (π_old, reference),
         grouped by length (``update.score_chunks``); the CPU recipes set 1.
     wm_eval_samples: validation transitions per rank whose next observation is predicted
@@ -105,16 +127,16 @@ class PaWModule(LightningModule):
 
     def __init__(
         self,
-        lm: LMConfig | None = None,
-        policy_objective: PolicyObjective | None = None,
+        lm: LMConfig = LMConfig(),
+        policy_objective: PolicyObjective | None = PAW_POLICY,
         critic: Critic | None = None,
-        world_model_objective: WorldModelObjective | None = None,
-        optimizer: OptimizerCallable = _adamw,
+        world_model_objective: WorldModelObjective | None = PAW_WORLD_MODEL,
+        optimizer: OptimizerCallable = default_optimizer,
         score_batch_size: int = 8,
         wm_eval_samples: int = 8,
         micro_batch_tokens: int | None = None,
         micro_batch_rows: int | None = None,
-        max_grad_norm: float | None = None,
+        max_grad_norm: float | None = 1.0,
         gather_weights_for_generation: bool = False,
         old_logprobs: str = "recompute",
         max_nonfinite_steps: int = 3,
@@ -142,8 +164,8 @@ class PaWModule(LightningModule):
         self.micro_batch_rows = micro_batch_rows
         self.max_grad_norm = max_grad_norm
         self.gather_weights_for_generation = gather_weights_for_generation
-        self.lm_config = lm or LMConfig()
-        self.policy_objective = policy_objective or PolicyObjective()
+        self.lm_config = dataclasses.replace(lm) if lm is not None else LMConfig()  # a copy: the default instance is shared
+        self.policy_objective = _own(policy_objective, PAW_POLICY, PolicyObjective) or PolicyObjective()
         estimator = type(self.policy_objective.advantage).__name__
         needs_values = getattr(self.policy_objective.advantage, "needs_values", False)
         if needs_values and critic is None:
@@ -151,7 +173,7 @@ class PaWModule(LightningModule):
         if critic is not None and not needs_values:
             raise ValueError(f"model.critic is set but the {estimator} advantage uses no values: remove model.critic, or use GAE (configs/algorithms/ppo.yaml)")
         self.critic = critic
-        self.world_model_objective = world_model_objective
+        self.world_model_objective = _own(world_model_objective, PAW_WORLD_MODEL, ClippedMAE)
         self.optimizer_factory = optimizer
         self.init_weights = init_weights
         if init_weights is not None and not Path(init_weights).expanduser().is_file():

@@ -8,7 +8,8 @@ the filter model (SFT of the LoRA weights on the ``filter`` split, predicting th
 let it make K predictions per candidate, rewarded at the data-stage τ_d; keep every candidate
 that is not easy and an easy one with probability p (``train``); then restore the weights the
 fit started with (unless ``start_from_filter``). GRPO on ``train`` is the fit itself.
-One process only. Logs ``rwml/{triplets,filter_reward_rate,easy_fraction,kept,filter_loss}`` and
+One process only. The config's ``stages.rwml``; without a terminal each phase prints plain lines
+(:func:`~paw_lightning.callbacks.warmup.progress_line`). Logs ``rwml/{triplets,filter_reward_rate,easy_fraction,kept,filter_loss}`` and
 ``rwml/wrong_copy_reward_rate`` (how often the training reward pays the wrong prediction
 "nothing changes"; a warning when it is 50% or more: the embedder cannot tell the states apart).
 """
@@ -20,7 +21,7 @@ import time
 
 import torch
 
-from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
+from paw_lightning.callbacks.warmup import BehaviourCloningWarmup, progress_line
 from paw_lightning.demonstrations import Demonstration, collect_demonstrations
 from paw_lightning.envs import EnvPool, make_env_factory
 from paw_lightning.envs.world_model import Triplet, WorldModelEnv, write_triplets
@@ -101,7 +102,11 @@ class RWMLData(BehaviourCloningWarmup):
         if self.follows_run_seed:
             self.seed = datamodule.seed
         wm = datamodule.env_factory()
+        shown = self.shows_progress(datamodule)
+        progress_line("RWML data", f"playing {self.tasks} source tasks × {self.episodes_per_task} episodes and {self.eval_tasks} held-out tasks",
+                      f"{self.actions} actions", enabled=shown)
         triplets, held_out = self.play(pl_module, wm)
+        progress_line("RWML data", f"{len(triplets)} triplets, {len(held_out)} held out", f"{time.perf_counter() - start:.1f} s", enabled=shown)
         random.Random(derive_seed(self.seed, "rwml-split")).shuffle(triplets)
         n_filter = max(1, round(self.filter_fraction * len(triplets)))
         if len(triplets) - n_filter < 1 or not held_out:
@@ -134,14 +139,14 @@ class RWMLData(BehaviourCloningWarmup):
         print(
             f"RWML data: {len(triplets)} triplets ({n_filter} for the filter, {len(held_out)} held out), filter reward rate "
             f"{stats['filter_reward_rate']:.3f} at τ_d {self.tau_d}, easy {easy:.1%}, kept {int(stats['kept'])} of {len(candidates)} "
-            f"in {wm.directory} ({time.perf_counter() - start:.1f} s)"
+            f"in {wm.directory} ({time.perf_counter() - start:.1f} s)", flush=True
         )
         if blind is not None and blind >= BLIND_REWARD:
             print(
                 f"warning: RWML's reward (τ_d {wm.tau_d}, embedder {wm.embedder!r}) rewards the wrong prediction 'nothing changes' on "
                 f"{blind:.0%} of the triplets whose observation changed: it cannot tell this environment's states apart, so its reward "
                 "rate measures the format, not the world model (see val/episode/score, the exact-match rate). Lower data.env_kwargs.tau_d "
-                "or set data.env_kwargs.embedder to a sharper embedding model."
+                "or set data.env_kwargs.embedder to a sharper embedding model.", flush=True
             )
         return stats
 
@@ -177,10 +182,12 @@ class RWMLData(BehaviourCloningWarmup):
         """(n, K) rewards of the filter model's K predictions per candidate (temperature 1)."""
         k = self.samples
         rows: list[list[float]] = []
+        start, shown = time.perf_counter(), self.shows_progress(datamodule)
         with EnvPool(factory, min(n, chunk) * k) as pool, pl_module.generating():
             collector = Collector(pool, pl_module.sampler(datamodule.rollout.max_new_tokens), datamodule.prompt, 1, invalid_penalty=0.0)
             for first in range(0, n, chunk):
                 tasks = [(i, i) for i in range(first, min(n, first + chunk))]
                 trajectories = collector.collect(tasks, k, 1.0, derive_seed(self.seed, "rwml-filter", first), f"RWML filter {first}/{n}", self.progress)
                 rows += [[sum(s.reward for s in t.steps) for t in trajectories[j * k : (j + 1) * k]] for j in range(len(tasks))]
+                progress_line("RWML data", f"filter predictions for {len(rows)}/{n} candidates ({k} each)", f"{time.perf_counter() - start:.1f} s", enabled=shown)
         return torch.tensor(rows, dtype=torch.float32).reshape(n, k)

@@ -1,6 +1,6 @@
 """SPA's self-play world-model SFT before RL (METHODS.md §5).
 
-At ``on_fit_start`` of a fresh run (after any callback listed before it, e.g. a format warm-up)
+At ``on_fit_start`` of a fresh run (``stages.self_play``: after ``stages.warmup``, e.g. a format warm-up)
 the current policy plays ``episodes`` training tasks with SPA's prompt (``data.rollout.prompt_style:
 spa``); every step whose response has SPA's ``<observation>``/``<prediction>`` spans and an
 ``<answer>`` becomes an SFT sample with the beliefs replaced by the true states o_t, o_{t+1}
@@ -10,7 +10,7 @@ and the LoRA weights are fitted to them as the behaviour-cloning warm-up fits de
 """
 from __future__ import annotations
 
-from paw_lightning.callbacks.warmup import BehaviourCloningWarmup
+from paw_lightning.callbacks.warmup import BehaviourCloningWarmup, progress_line
 from paw_lightning.demonstrations import Demonstration, demonstration
 from paw_lightning.envs import EnvPool
 from paw_lightning.rollout.collector import Collector, derive_seed
@@ -27,7 +27,7 @@ class SelfPlaySFT(BehaviourCloningWarmup):
     seed: seeds the task choice, the sampling and the shuffling; default: the data's seed (the
         run's ``seed_everything``), so every seed of a sweep plays its own self-play episodes
         (the format warm-up before it is shared by all seeds on purpose: its seed is fixed).
-    progress: show a rich progress bar (rank 0).
+    progress: show a rich progress bar on a terminal, plain lines elsewhere (rank 0).
     """
 
     name = "self-play SFT"
@@ -51,6 +51,7 @@ class SelfPlaySFT(BehaviourCloningWarmup):
         mine = range(distributed.rank(), self.demonstrations, distributed.world_size())
         tasks = [(i, derive_seed(self.seed, "self-play", i)) for i in mine]
         rollout = datamodule.rollout
+        progress_line(self.name, f"playing {self.demonstrations} episodes with the current policy", enabled=self.shows_progress(datamodule))
         with EnvPool(datamodule.env_factory, max(len(tasks), 1)) as pool:
             collector = Collector(pool, pl_module.sampler(rollout.max_new_tokens), datamodule.prompt, rollout.max_steps, invalid_penalty=0.0)
             with pl_module.generating():
@@ -70,6 +71,6 @@ class SelfPlaySFT(BehaviourCloningWarmup):
             raise ValueError(
                 f"self-play SFT: none of the policy's {int(distributed.sum_across_ranks(steps))} responses used SPA's format "
                 "(<observation>, <prediction>, <answer>): start from a policy that follows it, e.g. a BehaviourCloningWarmup "
-                "listed before SelfPlaySFT (with prompt_style spa its demonstrations are in SPA's format)"
+                "as stages.warmup, which runs before stages.self_play (with prompt_style spa its demonstrations are in SPA's format)"
             )
         return demos

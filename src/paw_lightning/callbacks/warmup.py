@@ -28,11 +28,23 @@ from lightning.pytorch import Callback
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from paw_lightning.demonstrations import REASON, SOURCES, Demonstration, collate, collect_demonstrations, sft_loss
-from paw_lightning.progress import progress_bar
+from paw_lightning.progress import interactive, progress_bar
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.scale import distributed
 from paw_lightning.scale import checkpointing
 from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
+
+
+def progress_line(stage: str, *parts: str, enabled: bool = True) -> None:
+    """A stage's progress as one plain line where its rich bar does not show (stdout is a log
+    file or a pipe, not :func:`~paw_lightning.progress.interactive`)::
+
+        behaviour-cloning warm-up · epoch 1/2 · loss 1.234 · 181.0 s
+
+    ``stage · part · part``, printed by rank 0 and flushed; nothing on a terminal or when not
+    ``enabled`` (the stage's ``progress`` or ``data.progress`` is off)."""
+    if enabled and distributed.rank() == 0 and not interactive():
+        print(" · ".join([stage, *(part for part in parts if part)]), flush=True)
 
 
 def file_digest(path: str) -> str:
@@ -56,7 +68,9 @@ class BehaviourCloningWarmup(Callback):
     source: ``expert``, ``random_valid`` or ``random_moving`` (see above).
     reason: the fixed text inside ``<think></think>`` of every demonstration (a short one
         makes every later response, and so every rollout step, shorter).
-    progress: show a rich progress bar (rank 0; also off when ``data.progress`` is false).
+    progress: show a rich progress bar on a terminal, plain lines elsewhere (a line with the
+        demonstrations, one per epoch: :func:`progress_line`); rank 0; also off when
+        ``data.progress`` is false.
     cache_dir: save the warmed-up LoRA weights here and reuse them in later fits with the
         same settings (see above); ``null``: always train.
     """
@@ -103,13 +117,16 @@ class BehaviourCloningWarmup(Callback):
         params = [p for p in lm.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr)
         n_batches = distributed.max_across_ranks(-(-len(demos) // self.batch_size))
-        enabled = self.progress and getattr(datamodule, "progress", True) and distributed.rank() == 0
+        enabled = self.shows_progress(datamodule) and distributed.rank() == 0
+        progress_line(self.name, self.describe(demos), f"{self.epochs} epoch{'s' * (self.epochs != 1)} of {n_batches} batches",
+                      f"collected in {time.perf_counter() - start:.1f} s", enabled=enabled)
         was_training = lm.training
         lm.train()
         self.losses = []
         try:
             with progress_bar("warm-up", self.epochs * n_batches, "batches", enabled) as bar:
                 for epoch in range(self.epochs):
+                    epoch_start = time.perf_counter()
                     order = list(range(len(demos)))
                     random.Random(derive_seed(self.seed, "demo-shuffle", epoch, distributed.rank())).shuffle(order)
                     total, tokens = 0.0, 0
@@ -129,13 +146,19 @@ class BehaviourCloningWarmup(Callback):
                         tokens += n
                         bar.advance()
                     self.losses.append(distributed.sum_across_ranks(total) / max(distributed.sum_across_ranks(tokens), 1))
+                    progress_line(self.name, f"epoch {epoch + 1}/{self.epochs}", f"loss {self.losses[-1]:.3f}", f"{time.perf_counter() - epoch_start:.1f} s", enabled=enabled)
         finally:
             optimizer.zero_grad(set_to_none=True)
             lm.train(was_training)
             pl_module.weights_changed()
         if distributed.rank() == 0:
-            print(f"{self.name}: {self.describe(demos)}, {self.epochs} epoch{'s' * (self.epochs != 1)}, loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)")
+            print(f"{self.name}: {self.describe(demos)}, {self.epochs} epoch{'s' * (self.epochs != 1)}, loss {' → '.join(f'{x:.3f}' for x in self.losses)} ({time.perf_counter() - start:.1f} s)", flush=True)
         return self.losses
+
+    def shows_progress(self, datamodule) -> bool:
+        """Whether this stage shows its progress (a bar on a terminal, lines elsewhere): its own
+        ``progress`` and the data module's."""
+        return bool(self.progress and getattr(datamodule, "progress", True))
 
     @staticmethod
     def split(pl_module, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
@@ -194,7 +217,7 @@ class BehaviourCloningWarmup(Callback):
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             torch.save({"state_dict": state, "losses": self.losses, "demo_steps": self._total_steps}, tmp)
             tmp.replace(path)  # atomic: a concurrent run never reads half a file
-            print(f"behaviour-cloning warm-up saved to {path}")
+            print(f"behaviour-cloning warm-up saved to {path}", flush=True)
 
     def load_cached(self, pl_module, path: Path) -> list[float]:
         """Load weights saved by :meth:`save_cached` into this model (any sharding); the
@@ -208,6 +231,6 @@ class BehaviourCloningWarmup(Callback):
         self.losses, self._total_steps = list(saved["losses"]), saved["demo_steps"]
         pl_module.weights_changed()
         if distributed.rank() == 0:
-            print(f"behaviour-cloning warm-up loaded from {path} (its loss: {' → '.join(f'{x:.3f}' for x in self.losses)})")
+            print(f"behaviour-cloning warm-up loaded from {path} (its loss: {' → '.join(f'{x:.3f}' for x in self.losses)})", flush=True)
         return self.losses
 

@@ -58,7 +58,7 @@ def read_triplets(path: Path) -> list[Triplet]:
     if not path.is_file():
         raise EnvError(
             f"no world-model triplets at {path}: the RWMLData callback collects them at the start of a fit "
-            "(configs/methods/rwml.yaml lists it), or point data.env_kwargs.directory at an earlier run's triplets"
+            "(stages.rwml: configs/methods/rwml.yaml sets it), or point data.env_kwargs.directory at an earlier run's triplets"
         )
     triplets = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
