@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> tuple[dict[str, list[float]], dict[st
         if args.warmup:
             callbacks = [BehaviourCloningWarmup(demonstrations=args.warmup, epochs=2, batch_size=2)]
         if not callbacks:
-            p.error(f"{args.config} has no BehaviourCloningWarmup callback (give --warmup N): nothing to time")
+            p.error(f"{args.config} has no warm-up (stages.warmup; give --warmup N): nothing to time")
         callback = callbacks[0]
         callback.progress = False
         callback.epochs = args.epochs or callback.epochs

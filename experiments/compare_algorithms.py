@@ -6,7 +6,7 @@ success). A thin wrapper over ``grid.py``, the machinery of ``sweep.py``.
     python experiments/compare_algorithms.py                                  # GRPO, GiGPO, RLOO × seeds 0, 1, 2
     python experiments/compare_algorithms.py --algorithms grpo gigpo --seeds 0 1 --epochs 4 \\
         --objective paw -- --data.rollout.groups=4                                    # after "--": extra CLI arguments
-    python experiments/compare_algorithms.py --jobs 2 --epochs 4 -- -c configs/warmup.yaml   # the measured comparison (docs/experiments.md)
+    python experiments/compare_algorithms.py --jobs 2 --epochs 4 -- -c configs/warmup.yaml   # the measured comparison (docs/results/learning.md)
 
 ``--jobs N`` runs N points at a time, each with ``cpu_count // N`` torch threads (unless
 ``OMP_NUM_THREADS`` is set): on a small shared CPU two 1-thread runs beat one 2-thread run.

@@ -5,7 +5,7 @@ entropy, invalid-action rate and held-out success after an ``expert`` and after 
     python experiments/warmups.py                     # configs/frozenlake.yaml + configs/learning/frozenlake.yaml
     python experiments/warmups.py --config configs/frozenlake.yaml --overlay configs/warmup.yaml
 
-For each source the warm-up of the overlay (its ``BehaviourCloningWarmup`` settings with
+For each source the warm-up of the overlay (its ``stages.warmup`` settings with
 ``source`` replaced; trained once, cached in its ``cache_dir``) is applied to a fresh
 model, then, on the validation tasks (``derive_seed("val", g)``, as a fit validates):
 
@@ -39,12 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def warmup_settings(overlay: Path) -> dict:
-    """The init_args of the overlay's BehaviourCloningWarmup callback."""
-    callbacks = (yaml.safe_load(overlay.read_text()).get("trainer") or {}).get("callbacks") or []
-    for cb in callbacks if isinstance(callbacks, list) else [callbacks]:
-        if cb.get("class_path", "").endswith("BehaviourCloningWarmup"):
-            return dict(cb.get("init_args") or {})
-    sys.exit(f"{overlay} has no BehaviourCloningWarmup callback")
+    """The init_args of the overlay's warm-up (``stages.warmup``)."""
+    warmup = (yaml.safe_load(overlay.read_text()).get("stages") or {}).get("warmup") or {}
+    if not warmup.get("class_path", "BehaviourCloningWarmup").endswith("BehaviourCloningWarmup"):
+        sys.exit(f"{overlay}'s stages.warmup is not a BehaviourCloningWarmup")
+    if not warmup:
+        sys.exit(f"{overlay} has no warm-up (stages.warmup)")
+    return dict(warmup.get("init_args") or {})
 
 
 @torch.no_grad()
@@ -70,7 +71,7 @@ def action_distribution(module, datamodule, reason: str, task_seeds: list[int]) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/frozenlake.yaml")
-    parser.add_argument("--overlay", default="configs/learning/frozenlake.yaml", help="a config with a BehaviourCloningWarmup callback")
+    parser.add_argument("--overlay", default="configs/learning/frozenlake.yaml", help="a config with a warm-up (stages.warmup)")
     parser.add_argument("--sources", nargs="+", default=["expert", "random_valid"])
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the episodes")
     args, extra = parser.parse_known_args()

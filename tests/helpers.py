@@ -32,15 +32,16 @@ def tiny_args(model_dir: Path, workdir: Path, *extra: str, config: str = "config
 
 
 SMALL_WARMUP = """
-trainer:
-  callbacks:
-    - class_path: paw_lightning.callbacks.warmup.BehaviourCloningWarmup
-      init_args: {demonstrations: 2, epochs: 2, batch_size: 2, progress: false}
+stages:
+  warmup:
+    class_path: paw_lightning.callbacks.warmup.BehaviourCloningWarmup
+    init_args: {demonstrations: 2, epochs: 2, batch_size: 2, progress: false, cache_dir: null}
 """
 
 
 def small_warmup(workdir: Path) -> str:
-    """An overlay that cuts an env config's behaviour-cloning warm-up to 2 episodes × 2 epochs."""
+    """An overlay that cuts an env config's behaviour-cloning warm-up (``stages.warmup``) to 2
+    episodes × 2 epochs, uncached; its other settings stay the env config's."""
     path = workdir / "warmup.yaml"
     path.write_text(SMALL_WARMUP)
     return str(path)

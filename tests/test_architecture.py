@@ -41,3 +41,36 @@ def test_every_top_level_piece_is_in_the_documented_layout():
     documented = {name.removesuffix(".py") for name in documented}
     assert present - documented == set(), f"not in docs/architecture.md's layout: {sorted(present - documented)}"
     assert documented - present == set(), f"docs/architecture.md lists what does not exist: {sorted(documented - present)}"
+
+
+def _attributes_read_on(tree: ast.AST, name: str) -> set[str]:
+    """The attributes read on a local name or ``self.<name>`` (``policy.sampler`` → ``sampler``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            base = node.value
+            if (isinstance(base, ast.Name) and base.id == name) or (isinstance(base, ast.Attribute) and base.attr == name):
+                found.add(node.attr)
+    return found
+
+
+def test_data_flows_one_way_between_the_data_module_and_the_module():
+    """The data module uses the model only through its ``Policy`` protocol (generation) and
+    runs no training computation; the module reads only the data module's output,
+    ``played``; neither reaches into the other with ``getattr``."""
+    data = ast.parse((PACKAGE / "data.py").read_text())
+    protocol = next(n for n in data.body if isinstance(n, ast.ClassDef) and n.name == "Policy")
+    members = {n.name for n in protocol.body if isinstance(n, ast.FunctionDef)} | {
+        n.target.id for n in protocol.body if isinstance(n, ast.AnnAssign)}
+    assert _attributes_read_on(data, "policy") <= members
+    trainer_reads = [n for n in ast.walk(data) if isinstance(n, ast.Attribute) and n.attr == "lightning_module"]
+    assert len(trainer_reads) == 1, "the data module reaches the model in one place, its `policy` property"
+    bad = sorted(n for n in imports(PACKAGE / "data.py") if n.startswith(("paw_lightning.module", "paw_lightning.update", "paw_lightning.objectives")))
+    assert not bad, f"data.py imports {bad}: the data module runs no training computation"
+
+    module = ast.parse((PACKAGE / "module.py").read_text())
+    assert _attributes_read_on(module, "datamodule") <= {"played"}
+    for tree, path in ((data, "data.py"), (module, "module.py")):
+        reach = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+                 and any(isinstance(a, ast.Attribute) and a.attr in ("datamodule", "lightning_module") for a in ast.walk(n.args[0]))]
+        assert not reach, f"{path} lines {reach}: getattr on the other side"

@@ -48,7 +48,7 @@ def test_wm_overhead_compares_two_updates_of_the_configs_module(tiny_model_dir, 
     rollout from the same LoRA weights: PaW's samples are vanilla's plus the observation segments
     of its selected transitions (the closing chat tokens after them included), and an update run
     twice from the saved weights ends at the same weights."""
-    args = wm_overhead.parse_args(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]"])
+    args = wm_overhead.parse_args(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--stages.warmup=null"])
     module, data, trainer = wm_overhead.build(args, tmp_path)
     wm_objective = module.world_model_objective
     trajectories = wm_overhead.collect(module, data)
@@ -73,7 +73,7 @@ def test_prefix_sharing_compares_the_configs_rollouts(tiny_model_dir, capsys, en
         pytest.importorskip("ctranslate2")
     chosen = ["--model.engine=paw_lightning.rollout.ct2.CT2Engine", "--model.engine.init_args.compute_type=float32",
               "--model.old_logprobs=recompute"] if engine == "ct2" else []
-    results = prefix_sharing.main(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]",
+    results = prefix_sharing.main(["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--stages.warmup=null",
                                    "--group-size", "4", "--reps", "2", *chosen])
     for plain, shared in zip(results["plain"], results["shared"]):
         assert shared[1] < plain[1]
@@ -109,7 +109,7 @@ def test_warmup_micro_batches_times_both_ways_on_the_same_demonstrations(tiny_mo
     """One demonstration per forward computes exactly the demonstrations' tokens; whole batches
     compute them plus their padding, on the same demonstration steps."""
     seconds, positions, lengths = warmup_micro_batches.main(
-        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]", "--warmup", "3",
+        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--stages.warmup=null", "--warmup", "3",
          "--epochs", "1", "--reps", "2", "--model.micro_batch_rows=1"])
     assert all(len(times) == 2 and min(times) > 0 for times in seconds.values())
     assert len(set(lengths)) > 1 and positions["split"] == sum(lengths) < positions["whole"]
@@ -120,7 +120,7 @@ def test_scoring_pass_times_three_chunkings_of_the_same_samples(tiny_model_dir, 
     """One sample per forward computes exactly the samples' tokens, forwards grouped by length
     pad less than neighbours do, and the three give the same π_old up to rounding."""
     seconds, positions, gaps = scoring_pass.main(
-        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--trainer.callbacks=[]", "--batch", "4", "--reps", "2"])
+        ["--model", str(tiny_model_dir), "-c", str(ROOT / "tests/configs/tiny.yaml"), "--stages.warmup=null", "--batch", "4", "--reps", "2"])
     assert all(len(times) == 2 and min(times) > 0 for times in seconds.values())
     assert positions["one"] < positions["by_length"] < positions["neighbours"]
     assert gaps["one"] == 0.0 and max(gaps.values()) < 1e-4

@@ -54,10 +54,10 @@ from helpers import ROOT, metric_history, mlflow_runs, tiny_args
 
 TARGET = "Left"  # the one action that wins (tests/learning_env.py with targets=[TARGET])
 WARMUP = """
-trainer:
-  callbacks:
-    - class_path: paw_lightning.callbacks.BehaviourCloningWarmup
-      init_args: {source: random_valid, reason: ok, demonstrations: 32, epochs: 20, lr: 1.0e-2, batch_size: 8, seed: 0, progress: false}
+stages:
+  warmup:
+    class_path: paw_lightning.callbacks.BehaviourCloningWarmup
+    init_args: {source: random_valid, reason: ok, demonstrations: 32, epochs: 20, lr: 1.0e-2, batch_size: 8, seed: 0, progress: false}
 """
 SETTINGS = (
     "--data.env=learning_env.TargetActionEnv", f"--data.env_kwargs={{targets: [{TARGET}]}}",

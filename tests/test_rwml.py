@@ -177,8 +177,8 @@ def test_rwml_then_policy_rl_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
     """configs/methods/rwml.yaml on the tiny model (the data stage, GRPO on predictions, validation on
     held-out triplets), then policy RL on FrozenLake from its last.ckpt."""
     monkeypatch.chdir(tmp_path)
-    small = ["--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--data.rollout.max_new_tokens=12", "--data.evaluation.groups=2", "--trainer.callbacks.init_args.tasks=4",
-             "--trainer.callbacks.init_args.eval_tasks=2", "--trainer.callbacks.init_args.samples=2", "--trainer.callbacks.init_args.epochs=1"]
+    small = ["--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--data.rollout.max_new_tokens=12", "--data.evaluation.groups=2", "--stages.rwml.init_args.tasks=4",
+             "--stages.rwml.init_args.eval_tasks=2", "--stages.rwml.init_args.samples=2", "--stages.rwml.init_args.epochs=1"]
     main(["fit", *tiny_args(tiny_model_dir, tmp_path, "-c", str(ROOT / "configs/methods/rwml.yaml"), *small, f"--checkpoint.dirpath={tmp_path / 'rwml'}",
                             f"--data.env_kwargs.directory={tmp_path / 'triplets'}")])
     client, (run,) = mlflow_runs(tmp_path, "rwml")
@@ -196,8 +196,8 @@ def test_no_subsampling_overlay_changes_only_keep_easy():
 
     rwml = resolved_config(ROOT / "configs/frozenlake.yaml", ROOT / "configs/methods/rwml.yaml")
     ablation = resolved_config(ROOT / "configs/frozenlake.yaml", ROOT / "configs/methods/rwml.yaml", ROOT / "configs/methods/rwml_no_subsampling.yaml")
-    assert rwml["trainer"]["callbacks"][0]["init_args"]["keep_easy"] == 0.1 and ablation["trainer"]["callbacks"][0]["init_args"]["keep_easy"] == 1.0
-    ablation["trainer"]["callbacks"][0]["init_args"]["keep_easy"] = 0.1
+    assert rwml["stages"]["rwml"]["init_args"]["keep_easy"] == 0.1 and ablation["stages"]["rwml"]["init_args"]["keep_easy"] == 1.0
+    ablation["stages"]["rwml"]["init_args"]["keep_easy"] = 0.1
     assert ablation == rwml
 
 

@@ -35,7 +35,7 @@ def test_a_cache_file_named_after_the_environment_stays_in_the_cache(tmp_path):
 
 
 def test_documented_server_commands_bind_loopback():
-    docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    docs = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
     commands = [(p.name, line) for p in docs for line in p.read_text().splitlines() if re.search(r"\bmlflow (server|ui)\b", line) and not line.lstrip().startswith(">")]
     assert commands
     for name, line in commands:

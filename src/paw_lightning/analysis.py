@@ -7,7 +7,6 @@ fallbacks in the design notes); one number per run and metric: its ``last`` valu
 metric at the ``best`` step of ``<split>/episode/success_rate``; over seeds, mean ± sample
 std (n − 1). Metric points belong to the epoch logged at their step (``epoch`` metric).
 
-Design notes: docs/design.md#paw_lightninganalysispy
 """
 from __future__ import annotations
 

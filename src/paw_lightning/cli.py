@@ -7,7 +7,6 @@ lives in :mod:`paw_lightning.tracking`. User mistakes end with one ``error: …`
 exit code 2 (``PAW_LIGHTNING_DEBUG=1`` shows the traceback); without a terminal, progress
 bars give way to plain lines.
 
-Design notes: docs/design.md#paw_lightningclipy
 """
 from __future__ import annotations
 
@@ -222,7 +221,7 @@ def check_config_files(args: list[str]) -> None:
             raise ValueError(f"config file '{value}' is not valid YAML{where}: {problem}") from err
         if not isinstance(content, dict):
             raise ValueError(f"config file '{value}' must be a mapping of sections (trainer:, model:, data:, …), not a {type(content).__name__}")
-        for section in ("trainer", "model", "data"):
+        for section in ("trainer", "model", "data", "stages"):
             if content.get(section) is not None and not isinstance(content[section], dict):
                 raise ValueError(f"config file '{value}': section '{section}' must be a mapping of settings, not {content[section]!r}")
 

@@ -10,7 +10,6 @@ warm-up on ``random_valid`` moves taught the 135M model that the next state equa
 one and so to bump into the border. Simplifications: one fixed
 reason (``REASON``); the response is tokenized in pieces so the action's tokens are known
 exactly; every step played is kept, won or not.
-Design notes: docs/design.md#paw_lightningdemonstrationspy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ files are dequantised once into a cached HF directory (keyed by path, size and m
 evicted); the KL's reference policy is the same model with LoRA disabled (`reference_policy`);
 QLoRA (`LMConfig.quantization="nf4"`) loads the frozen base as bitsandbytes 4-bit NF4 (CUDA,
 or CPU with bitsandbytes >= 0.47), replicated rather than sharded under FSDP2.
-Design notes: docs/design.md#paw_lightningmodelpy
 """
 
 from __future__ import annotations
@@ -234,7 +233,7 @@ def load_tokenizer(cfg: LMConfig) -> PreTrainedTokenizerBase:
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` multiplies bfloat16 matrices in hardware: a CUDA GPU that supports
     bf16 (Ampere or newer), or a CPU with AMX or AVX-512 BF16 (oneDNN's kernels: several
-    times float32's rate, docs/scaling.md). On other CPUs bfloat16 is emulated and slower
+    times float32's rate, docs/results/speed-and-memory.md). On other CPUs bfloat16 is emulated and slower
     than float32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()

@@ -93,7 +93,7 @@ class PaWModule(LightningModule):
     micro_batch_rows: at most this many samples per micro-batch as well (``null``: no cap).
         ``1`` runs each sample unpadded, with the LM head only over its own response and
         observation: on a CPU, for samples of varied lengths (ALFWorld's), the faster update
-        (measured in docs/scaling.md); on a GPU leave it ``null`` and batch by
+        (measured in docs/results/speed-and-memory.md); on a GPU leave it ``null`` and batch by
         ``micro_batch_tokens``.
     max_grad_norm: clip the global gradient norm to this before each optimizer step;
         ``null``: no clipping (replaces ``trainer.gradient_clip_val``, which manual

@@ -6,7 +6,7 @@ more at ``on_train_end`` if the last epoch did not validate, and at ``on_fit_end
 prints a before → after table (success overall and per task type, invalid actions, return,
 ``val/wm/nll``, ``val/wm/exact_match``), also written as ``summary.md``/``summary.json`` and
 logged to MLflow. Every rank runs the validations (collectives); ``--summary.enabled=false``
-turns it off. Design notes: docs/design.md#paw_lightningcallbackssummarypy
+turns it off.
 """
 from __future__ import annotations
 

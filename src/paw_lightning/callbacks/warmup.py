@@ -9,7 +9,9 @@ demonstration at a time in the CPU recipes) and every rank runs the same number 
 forward/backward passes. With ``cache_dir`` the result is saved under a hash of
 everything that determines it (``model.init_weights``' bytes included: a warm-up after an RWML
 stage starts from its weights) and loaded by later fits with the same settings, so the runs of
-a comparison start from the same policy. Design notes: docs/design.md#paw_lightningcallbackswarmuppy
+a comparison start from the same policy. A config sets it as ``stages.warmup``
+(:mod:`paw_lightning.callbacks.stages`). Without a terminal it prints a line with the
+demonstrations and one per epoch (:func:`progress_line`, shared with the stages built on it).
 """
 from __future__ import annotations
 

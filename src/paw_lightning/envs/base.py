@@ -10,7 +10,6 @@ predict (search QA's verdict after an answer): that transition gets no world-mod
 ``val/wm/*`` (default True). An optional
 ``close()`` is called when a pool discards the env.
 
-Design notes: docs/design.md#paw_lightningenvsbasepy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ both end the episode; symbols as in SPA (``P``, ``_``, ``O``, ``G``, ``X``, ``âˆ
 holes with ``hole_prob``, redrawn until a path exists. Slippery ice (gym semantics): the
 intended or either perpendicular direction, 1/3 each, reproducible per (seed, episode).
 
-Design notes: docs/design.md#paw_lightningenvsfrozenlakepy
 """
 from __future__ import annotations
 

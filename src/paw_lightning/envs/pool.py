@@ -9,7 +9,6 @@ observation over ``MAX_OBS_CHARS`` is cut (``info["obs_truncated_chars"]``: its 
 that dies or times out is replaced and its episodes end failed. Every recovered failure is
 logged as a warning.
 
-Design notes: docs/design.md#paw_lightningenvspoolpy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ do not end it. Deterministic: ``episode`` is ignored. Symbols as in SPA (``#``, 
 a random ``size`` x ``size`` room with random targets, boxes and player, kept only if a BFS
 finds a solution (at most ``max_generation_tries`` draws).
 
-Design notes: docs/design.md#paw_lightningenvssokobanpy
 """
 from __future__ import annotations
 

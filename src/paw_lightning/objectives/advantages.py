@@ -7,7 +7,6 @@ Each maps one update's ``StepInfo`` (N step samples) to one advantage per step s
 
 ``std`` is the unbiased sample std. Deliberate choices: a single-member group and a group of
 equal returns get exactly 0. GiGPO (``gigpo.py``) follows the same pattern.
-Design notes: docs/design.md#paw_lightningobjectivesadvantagespy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@
 
 Simplifications: an episode cut at ``max_steps`` is terminal (no bootstrap); ``whiten`` uses
 this rank's update; ``value/explained_variance`` is exact only with one micro-batch.
-Design notes: docs/design.md#paw_lightningobjectivescriticpy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@
 *anchor state* o_t in their task group (``exact`` or greedy difflib ``similarity``, as verl-agent).
 ``episode_level: step`` and ``penalty_mode: after_discount`` follow verl-agent's released code.
 Choices: lone and all-equal buckets or groups get exactly 0; two separate std-division switches.
-Design notes: docs/design.md#paw_lightningobjectivesgigpopy
 """
 from __future__ import annotations
 

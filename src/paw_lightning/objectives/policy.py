@@ -7,7 +7,6 @@ For every action token, with ρ = exp(logπ_θ − logπ_old) and the sample's a
 KL estimators k1, k2, k3 (k3 = verl's ``low_var_kl``, clamped as verl does); ``agg`` is
 ``token-mean`` or ``sequence-mean``; given ``totals(…)`` each micro-batch returns its additive
 share of the mini-batch's loss. Tokens outside ``action_mask`` never reach the loss; no dual clip.
-Design notes: docs/design.md#paw_lightningobjectivespolicypy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ ours, default) or the paper's literal ``−q log q`` of the sampled token (``sam
 over every rank. Rounding and ties (ours): ``k = ceil(α·N)`` are kept; ties go to the
 earlier position in the gathered order, so every rank computes the same set.
 
-Design notes: docs/design.md#paw_lightningobjectivesselectionpy
 """
 from __future__ import annotations
 

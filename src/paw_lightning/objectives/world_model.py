@@ -7,7 +7,6 @@ Per transition i, over its observation tokens (``obs_mask``), and over the batch
 λ_g arrives per sample (``wm_lambda``) from the ``balancer``; ``selected`` is S_α, decided
 outside; a group without selected transitions adds nothing but counts in G. Subclasses (clipped
 MAE, …) override ``transition_losses`` (and ``token_metrics``); micro-batches: see ``totals``.
-Design notes: docs/design.md#paw_lightningobjectivesworld_modelpy
 """
 from __future__ import annotations
 

@@ -5,5 +5,5 @@
 - :mod:`~paw_lightning.retrieval.http`: a client of Search-R1's retrieval server (``POST /retrieve``).
 - :mod:`~paw_lightning.retrieval.base`: ``Passage``, ``RetrievalError`` and the per-(query, k) cache.
 
-Design notes: docs/search_qa.md#retrieval
+Reference: docs/reference/environments.md#search-qa
 """

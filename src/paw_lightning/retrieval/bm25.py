@@ -3,7 +3,7 @@
 Tokens: words of two or more characters, English stop words removed, Harman's S-stemmer
 (plurals) in place of Lucene's Porter stemmer. ``build`` writes the index once; ``BM25Index``
 loads it memory-mapped, so worker processes share its arrays through the page cache.
-Design notes: docs/webshop.md#search, docs/search_qa.md#retrieval
+Reference: docs/reference/environments.md#webshop, docs/reference/environments.md#search-qa
 """
 from __future__ import annotations
 

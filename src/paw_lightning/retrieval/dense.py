@@ -7,7 +7,7 @@ worker processes share it, and scores a query against all rows with one matrix p
 The product runs in torch, on the embedder's thread pool: numpy's BLAS pool beside torch's
 (still spinning after the query's embedding) made a query against 100k rows 9× slower on 2
 cores (p50 111 vs 12.6 ms, ``benchmarks/search_qa_retrieval.py``).
-Design notes: docs/search_qa.md#retrieval
+Reference: docs/reference/environments.md#search-qa
 """
 from __future__ import annotations
 

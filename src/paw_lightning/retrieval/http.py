@@ -4,7 +4,7 @@ Request: ``POST {url}`` (``…/retrieve``) with ``{"queries": [q], "topk": k, "r
 response: ``{"result": [[{"document": {"id", "contents"}, "score"}, …]]}`` (one list per query; a
 document without ``contents`` may carry ``title`` and ``text``). Any failure (connection, HTTP
 status, timeout, malformed JSON) raises ``RetrievalError``: the environment ends the episode.
-Design notes: docs/search_qa.md#retrieval
+Reference: docs/reference/environments.md#search-qa
 """
 from __future__ import annotations
 

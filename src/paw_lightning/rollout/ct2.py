@@ -11,7 +11,6 @@ seeded ``seed + worker``, so that sampling stays reproducible. The prefix a call
 (a task group's first-step prompts) is CTranslate2's ``static_prompt``: forwarded once and its
 state repeated across the rows (``share_prefixes``). With ``token_stats``, log-probs
 and entropies come from the copy's logits at temperature 1 (π_engine). One process only (no FSDP2/DDP), no 4-bit base.
-Design notes: docs/design.md#paw_lightningrolloutct2py
 """
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ full-distribution entropy from the raw logits that sampled it (``model.old_logpr
 rollout``), equal to a recomputed forward up to rounding. The stop-string criterion is
 built once per tokenizer and stop string. Rows that share a prompt prefix (a task group's
 episodes) prefill it once (:mod:`paw_lightning.rollout.prefix`; one process only).
-Design notes: docs/design.md#paw_lightningrolloutenginepy
 """
 from __future__ import annotations
 
@@ -208,7 +207,7 @@ class HFEngine(RolloutEngine):
             rewritten when the weights' version moved (``last_sync_seconds``).
             Generation then skips every adapter's extra matmuls and, with a bfloat16 base, the
             casts to the float32 adapters (the main job's rollout: measured in
-            docs/scaling.md). π_engine = π_θ up to rounding: in float32 ~1e-6; in bfloat16 the
+            docs/results/speed-and-memory.md). π_engine = π_θ up to rounding: in float32 ~1e-6; in bfloat16 the
             merged weight is rounded to bfloat16 once, so the sampler's log-probs move by as
             much as bfloat16's own decoding noise (``rollout/engine_kl`` in
             benchmarks/engine_throughput.py). One process, unquantized base; memory: one more

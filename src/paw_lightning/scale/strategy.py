@@ -7,7 +7,6 @@ that then matter, so a YAML file needs neither arithmetic nor interpolation:
 ``tensor_parallel_size`` = 1, and ``save_distributed_checkpoint=False`` (one file of gathered
 trainable weights, :mod:`paw_lightning.scale.checkpointing`).
 
-Design notes: docs/design.md#paw_lightningscalestrategypy
 """
 from __future__ import annotations
 

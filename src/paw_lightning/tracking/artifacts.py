@@ -7,7 +7,6 @@ trained LoRA adapter at the end of ``fit``, ``system/*`` metrics on rank 0 every
 ``mlflow_run_id`` in every checkpoint. Each part can be switched off:
 ``--mlflow.trajectory_rows=0``, ``--mlflow.log_adapter=false``, ``--mlflow.system_metrics=false``.
 
-Design notes: docs/design.md#paw_lightningtrackingartifactspy
 """
 from __future__ import annotations
 

@@ -39,6 +39,6 @@ class LearningSignalWatch:
             f"warning: no learning signal for {self.patience} updates in a row: every advantage was 0 (in each group all "
             f"episodes got the same return{success}), so the policy loss had no gradient and the policy did not change. "
             "RL needs groups in which some episodes do better than others: start from a warm-up "
-            "(paw_lightning.callbacks.BehaviourCloningWarmup), raise data.rollout.temperature or data.rollout.group_size, "
+            "(stages.warmup: paw_lightning.callbacks.BehaviourCloningWarmup, e.g. -c configs/warmup.yaml), raise data.rollout.temperature or data.rollout.group_size, "
             "or use an easier task (train/policy/zero_advantage_fraction shows it per update)."
         )

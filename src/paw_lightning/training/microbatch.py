@@ -6,13 +6,12 @@ length (longest first), are packed greedily and each micro-batch is trimmed to i
 sample; a sample over the budget gets its own. ``max_rows=1`` runs one unpadded sample per
 forward/backward: no padding, and the LM head only from the sample's own prompt on (a
 batch's starts at its shortest prompt); the faster update on a CPU for samples of varied
-lengths, though batching is faster at equal lengths (docs/scaling.md).
+lengths, though batching is faster at equal lengths (docs/results/speed-and-memory.md).
 The split changes nothing in the maths (the objectives normalise by the whole mini-batch's
 totals). Under FSDP2/DDP a rank with fewer micro-batches repeats its last one with weight 0
 (``matched_across_ranks``). The update's training step and the behaviour-cloning warm-up
 both split their batches this way.
 
-Design notes: docs/design.md#paw_lightningtrainingmicrobatchpy
 """
 from __future__ import annotations
 

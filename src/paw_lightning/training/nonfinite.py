@@ -7,7 +7,6 @@ skips. After ``max_consecutive`` skips in a row the run stops with
 :class:`NonFiniteTrainingError`. All ranks decide together (one any-reduce), so the FSDP2
 shards never desynchronise.
 
-Design notes: docs/design.md#paw_lightningtrainingnonfinitepy
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ natively (:func:`paw_lightning.model.native_bf16`), else in float32. With such a
 autocast, so the LoRA branch multiplies in bfloat16 instead of casting every activation to
 float32 and back, while the LoRA weights and Adam's state stay float32. Measured on the main
 job (2-core CPU with AVX-512 BF16): the update 1.17× faster, the iteration 0.88× the time
-(docs/scaling.md). A precision set in the config or on the command line is kept.
+(docs/results/speed-and-memory.md). A precision set in the config or on the command line is kept.
 """
 from __future__ import annotations
 

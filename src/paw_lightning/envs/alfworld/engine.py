@@ -7,7 +7,6 @@ Inside ``engine_speedups()`` two caches that change no output are active (ours):
 translations served from an in-process LRU cache, and memoised parses of textworld's command
 templates and grammar conditions (~2x more steps per second).
 
-Design notes: docs/design.md#paw_lightningenvsalfworldenginepy
 """
 from __future__ import annotations
 

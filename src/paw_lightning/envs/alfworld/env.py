@@ -7,7 +7,6 @@ through alfworld's wrappers (:mod:`~paw_lightning.envs.alfworld.engine`); ALFWor
 deterministic, so ``episode`` changes nothing. Reward is 10 on the winning step, else 0;
 ``info`` adds ``task_type``, ``gamefile`` and ``game_index`` to the protocol's keys.
 
-Design notes: docs/design.md#paw_lightningenvsalfworldenvpy
 """
 from __future__ import annotations
 

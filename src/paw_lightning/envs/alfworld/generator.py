@@ -7,7 +7,6 @@ then ``Verifier``: a fast-downward plan replayed through the text engine must wi
 Simplifications (ours): small object counts, uniform placement instead of ALFRED's physics
 spawn, no sliced objects or movable-receptacle tasks, templated (not human) task sentences.
 Splits (``SPLITS``) never share a game; the output is the official ``json_2.1.1`` layout.
-Design notes: docs/design.md#paw_lightningenvsalfworldgeneratorpy
 """
 from __future__ import annotations
 

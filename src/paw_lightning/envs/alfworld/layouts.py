@@ -6,7 +6,6 @@ and ``alfworld.gen.constants``); nothing is invented except where stated. Simpli
 navigable points (per-floor-plan seeded RNG); a lamp stands on a ``LAMP_HOLDERS`` receptacle;
 movable receptacles are ordinary objects; non-interactive scenery is left out.
 
-Design notes: docs/design.md#paw_lightningenvsalfworldlayoutspy
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
 - :mod:`~paw_lightning.envs.search_qa.index`: the on-disk corpus + index cache and the retrievers.
 - :mod:`~paw_lightning.envs.search_qa.expert`: the walkthrough.
 
-Design notes: docs/search_qa.md
+Reference: docs/reference/environments.md#search-qa
 """
 __all__ = ["SearchQAEnv"]
 

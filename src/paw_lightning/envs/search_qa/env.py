@@ -6,7 +6,7 @@ top-k passages as ``<information>…</information>``, ``<answer>a</answer>`` end
 reward EM(a, gold) ∈ {0, 1}; neither is invalid (``action_recognised`` False; the collector adds
 the −0.01). At most ``max_turns`` turns. A retrieval failure ends the episode with
 ``info["error"]``. ``task_type``: the question's type (generated) or its dataset (real data).
-Design notes: docs/search_qa.md
+Reference: docs/reference/environments.md#search-qa
 """
 from __future__ import annotations
 

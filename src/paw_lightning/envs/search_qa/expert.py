@@ -5,7 +5,7 @@ A generated question carries its plan: (entity, relation) per hop, the entity of
 being the previous hop's answer. Each hop searches ``"{entity} {hint}"`` (the relation's words,
 ``generator.RELATIONS``) and extracts the fact with the relation's sentence pattern from any
 retrieved passage; a comparison answers the entity with the earlier year. Measured EM:
-docs/search_qa.md#the-expert.
+docs/reference/environments.md#search-qa.
 """
 from __future__ import annotations
 

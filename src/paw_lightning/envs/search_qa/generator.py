@@ -1,4 +1,4 @@
-"""A seeded fictional encyclopedia and questions over it (the offline default; docs/search_qa.md).
+"""A seeded fictional encyclopedia and questions over it (the offline default; docs/reference/environments.md#search-qa).
 
 Entities: people, places (cities), organisations, works, with invented names so a model must
 search rather than remember. Each entity has 1–3 paragraphs (one passage each, Search-R1's

@@ -5,7 +5,7 @@ last MiB (its content; the whole file when small): ``offsets.npy`` (line starts 
 corpus, memory-mapped), ``bm25/`` and ``dense-<encoder>/embeddings.npy`` (built on first use,
 memory-mapped), ``meta.json`` (build times). A lock file makes one process build; the pool's
 workers then share the arrays read-only through the page cache.
-Design notes: docs/search_qa.md#the-cache
+Reference: docs/reference/environments.md#search-qa
 """
 from __future__ import annotations
 

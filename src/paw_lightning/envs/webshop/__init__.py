@@ -8,7 +8,7 @@
 - :mod:`~paw_lightning.envs.webshop.reward`: WebShop's reward; :mod:`~.pages`: pages and actions;
   :mod:`~.expert`: the walkthrough.
 
-Design notes: docs/webshop.md
+Reference: docs/reference/environments.md#webshop
 """
 __all__ = ["WebShopEnv"]
 

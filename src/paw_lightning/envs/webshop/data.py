@@ -7,7 +7,7 @@ attributes); ``human_goals`` builds one goal per human instruction as ``get_huma
 the price bound drawn from a seeded RNG instead of the global one. ``split_goals``: generated
 instructions carry a ``split`` key; the official ones use WebShop's split of the goals shuffled
 with seed 233 (test ``[0, 500)``: our ``eval``; train ``[1500, …)``). Bad files: ``ValueError``.
-Design notes: docs/webshop.md#data-files
+Reference: docs/reference/environments.md#webshop
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def find_files(data_dir: str) -> dict[str, str | None]:
     if not pairs or not os.path.exists(human):
         raise ValueError(
             f"no WebShop data in {data_dir}: it needs items_shuffle<S>.json, items_ins_v2<S>.json (same suffix <S>)"
-            " and items_human_ins.json (see docs/webshop.md#real-data)"
+            " and items_human_ins.json (see docs/reference/environments.md#webshop)"
         )
     _, products, attributes = min(pairs)
     reviews = os.path.join(data_dir, "reviews.json")

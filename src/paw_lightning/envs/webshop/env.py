@@ -5,7 +5,7 @@ catalog (``source`` chooses). ``reset(seed)`` plays goal ``seed % n`` of the spl
 deterministic: ``episode`` changes nothing). Reward (METHODS.md §1): 10 when the purchase scores
 r = 1, else 0 (``dense_reward``: 10·r); ``info["score"]`` is r (0 before buying), ``task_type``
 the goal's category. The store is opened at the first reset, so a factory pickles cheaply.
-Design notes: docs/webshop.md
+Reference: docs/reference/environments.md#webshop
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class WebShopEnv:
             raise ValueError(f"source must be 'auto', 'official' or 'generated', got {source!r}")
         path = data_path if data_path is not None else os.environ.get("WEBSHOP_DATA")
         if source == "official" and not path:
-            raise ValueError("source 'official' needs data_path or $WEBSHOP_DATA (see docs/webshop.md#real-data)")
+            raise ValueError("source 'official' needs data_path or $WEBSHOP_DATA (see docs/reference/environments.md#webshop)")
         self.split, self.cache_dir, self.dense_reward = split, cache_dir or store.default_cache_dir(), dense_reward
         self.type_nouns = type_nouns
         self.catalog = generator.CatalogConfig(num_products, instructions_per_product, generator_seed, eval_fraction,

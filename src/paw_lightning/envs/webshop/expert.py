@@ -4,7 +4,7 @@ The query is the instruction without its price clause; when the target is not am
 hits, the target's title is tried next. The plan pages forward (``next >``) to the target's
 results page, clicks it, clicks the goal's option values that the target offers (one per
 option group) and buys. It reaches r = 1 whenever the target's own reward is 1 (measured:
-docs/webshop.md#the-expert).
+docs/reference/environments.md#webshop).
 """
 from __future__ import annotations
 

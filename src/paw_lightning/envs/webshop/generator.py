@@ -6,7 +6,7 @@ and a ``split`` key), so :mod:`~paw_lightning.envs.webshop.data` reads them like
 files. Splits: one product type per category is held out (``ood``), the other instructions go
 to ``eval`` with probability ``eval_fraction`` (by a hash), else ``train``. Every draw comes
 from one ``random.Random`` of the config, so the files are identical for equal configs.
-Design notes: docs/webshop.md#the-generated-catalog
+Reference: docs/reference/environments.md#webshop
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Pages: ``search`` → ``results`` (10 per page of the 50 hits, ``next >`` / ``< 
 are ``search[query]`` (search page only, as verl-agent's admissible list) and ``click[button]``
 with a button of the page, lower case (WebShop's clickables). ``transition`` is pure: it
 returns the next ``Page`` or ``None`` for an action the page does not recognise.
-Design notes: docs/webshop.md#pages-and-actions
+Reference: docs/reference/environments.md#webshop
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Attributes and options match by ``token_set_ratio > 85`` (rapidfuzz, as thefuzz)
 exactly, with WebShop's fallbacks (title, bullets, description) and colour normalisation.
 r_type: query match, ≥ 2 shared category levels, and the share of the goal name's nouns in the
 bought product's name. Nouns: ``heuristic_nouns`` (ours, the default) or any installed spaCy
-pipeline (``en_core_web_lg`` is the original). Agreement: docs/webshop.md#reward.
+pipeline (``en_core_web_lg`` is the original). Agreement: docs/reference/environments.md#webshop.
 """
 from __future__ import annotations
 

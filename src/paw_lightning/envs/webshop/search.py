@@ -4,7 +4,7 @@ A product's document is WebShop's: title, description, first bullet and option t
 case. Tokens: words of two or more characters, English stop words removed, Harman's S-stemmer
 (plurals) in place of Lucene's Porter stemmer. The BM25 code is shared with Search QA
 (:mod:`paw_lightning.retrieval.bm25`); ``SearchIndex`` loads the index memory-mapped.
-Design notes: docs/webshop.md#search
+Reference: docs/reference/environments.md#webshop
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ changed catalog gets a new index): ``products.jsonl`` (cleaned products, one per
 ``goals.jsonl`` (every goal, its split inside), ``*.offsets.npy`` (line starts, memory-mapped),
 ``bm25/`` (the search index, memory-mapped) and ``meta.json``. ``Store`` reads one line per
 lookup, so a worker holds only what it touched; a lock file makes one process build.
-Design notes: docs/webshop.md#the-cache
+Reference: docs/reference/environments.md#webshop
 """
 from __future__ import annotations
 
