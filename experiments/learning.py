@@ -111,6 +111,7 @@ def warm_up(args, shared: list[str], out: Path) -> None:
     cmd = [sys.executable, "-m", "paw_lightning", "fit", "-c", str(env_config(args.env)), "-c", str(ROOT / "configs/algorithms" / f"{args.algorithm}.yaml"),
            *shared, "--trainer.max_epochs=0", "--trainer.logger=false", "--summary.enabled=false", "--trainer.enable_progress_bar=false",
            f"--trainer.default_root_dir={out / 'warmup'}", "--data.progress=false"]
+    cmd.insert(4, f"--threads={os.cpu_count() or 1}")  # every core, whatever else runs: the cached weights do not depend on the load
     print("warm-up: " + " ".join(cmd[3:]), flush=True)
     result = subprocess.run(cmd, capture_output=True, text=True)
     (out / "warmup.log").write_text(result.stdout + result.stderr)

@@ -35,13 +35,13 @@ SMALL_WARMUP = """
 stages:
   warmup:
     class_path: paw_lightning.callbacks.warmup.BehaviourCloningWarmup
-    init_args: {demonstrations: 2, epochs: 2, batch_size: 2, progress: false, cache_dir: null}
+    init_args: {demonstrations: 2, epochs: 2, batch_size: 2, progress: false}
 """
 
 
 def small_warmup(workdir: Path) -> str:
     """An overlay that cuts an env config's behaviour-cloning warm-up (``stages.warmup``) to 2
-    episodes × 2 epochs, uncached; its other settings stay the env config's."""
+    episodes × 2 epochs; its other settings stay the env config's."""
     path = workdir / "warmup.yaml"
     path.write_text(SMALL_WARMUP)
     return str(path)
@@ -70,6 +70,17 @@ def fit_in_subprocess(model_dir: Path, workdir: Path, *extra: str):
     args = tiny_args(model_dir, workdir, *RANK_INDEPENDENT, *extra)
     result = subprocess.run([sys.executable, "-m", "paw_lightning", "fit", *args], cwd=workdir, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
+    return mlflow_runs(workdir)
+
+
+def fit_in_process(model_dir: Path, workdir: Path, *extra: str):
+    """What ``fit_in_subprocess`` runs, in this process (one process needs no launcher: the
+    reference that multi-process fits are compared with); returns ``mlflow_runs(workdir)``."""
+    from paw_lightning.cli import main
+
+    workdir.mkdir()
+    with contextlib.chdir(workdir):
+        main(["fit", *tiny_args(model_dir, workdir, *RANK_INDEPENDENT, *extra)])
     return mlflow_runs(workdir)
 
 

@@ -9,9 +9,11 @@ import pytest
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.slow  # every test runs a script in a subprocess
+sys.path.insert(0, str(ROOT / "experiments"))
+import rwml_reward_check  # noqa: E402
 
 
+@pytest.mark.slow
 def test_compare_algorithms_two_tiny_runs(tiny_model_dir, tmp_path):
     """Two runs at a time (--jobs 2) into one fresh SQLite store."""
     cmd = [sys.executable, str(ROOT / "experiments/compare_algorithms.py"), "--algorithms", "grpo", "rloo", "--seeds", "0", "--jobs", "2",
@@ -27,11 +29,12 @@ def test_compare_algorithms_two_tiny_runs(tiny_model_dir, tmp_path):
     assert (tmp_path / "runs/compare-algorithms/grpo+vanilla/seed0/run.log").is_file()
 
 
-def test_rwml_reward_check_reports_how_often_a_wrong_copy_is_paid():
+def test_rwml_reward_check_reports_how_often_a_wrong_copy_is_paid(capsys):
     """One row per environment; on FrozenLake the embedded MiniLM pays the wrong 'nothing changes' at τ_d 0.2
-    on every changed transition, and at a τ_d far below its distances on none."""
-    out = subprocess.run([sys.executable, str(ROOT / "experiments/rwml_reward_check.py"), "--envs", 'frozenlake {"size": 4}', "--tasks", "3", "--taus", "1e-6", "0.2"],
-                         capture_output=True, text=True, check=True).stdout
+    on every changed transition, and at a τ_d far below its distances on none. (The script's
+    main in this process: the table is what is checked, not the process.)"""
+    rwml_reward_check.main(["--envs", 'frozenlake {"size": 4}', "--tasks", "3", "--taus", "1e-6", "0.2"])
+    out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| frozenlake"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[0] == 'frozenlake {"size": 4}' and cells[3:5] == ["0%", "100%"]

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from helpers import ROOT, fit_in_subprocess, metric_history
+from helpers import ROOT, fit_in_process, fit_in_subprocess, metric_history
 
 pytestmark = pytest.mark.slow  # fits in 2-process subprocesses
 
@@ -27,7 +27,7 @@ def tokens(client, run, phase: str) -> list[float]:
 
 
 def test_fsdp2_and_ddp_two_processes_match_one(tiny_model_dir, tmp_path):
-    client1, (single,) = fit_in_subprocess(tiny_model_dir, tmp_path / "single")
+    client1, (single,) = fit_in_process(tiny_model_dir, tmp_path / "single")
     for name, extra in {"fsdp2": ["-c", str(ROOT / "configs/scale/fsdp2.yaml")], "ddp": ["--trainer.strategy=ddp", "--trainer.devices=2"]}.items():
         # with Lightning's progress bar, as users run: on rank 0 it syncs the epoch's metrics at epoch end (a hang if
         # a collective ran in on_train_epoch_end before the other ranks' matching syncs)

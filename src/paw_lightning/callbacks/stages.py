@@ -50,9 +50,9 @@ def stage_replacements(config_files: list[str | Path], base: str | Path | None =
         stages.self_play: configs/methods/spa_sft1.yaml changes epochs of the one from configs/methods/spa.yaml
 
     ``replaces``: the stage is now the later file's own (another class, or a ``class_path`` with
-    every setting as the later file alone gives it: "keeping its …" names the settings that came through from the earlier
-    one when the class changed); ``changes k, …``: the settings that differ, the rest kept from
-    the earlier file; ``removes``: ``null``. Nothing when a file adds a stage no earlier file
+    every setting as the later file alone gives it; "keeping its …" names the settings that
+    came through from the earlier one when the class changed); ``changes k, …``: the settings
+    that differ, the rest kept from the earlier file; ``removes``: ``null``. Nothing when a file adds a stage no earlier file
     set, or sets the values it already had. Files that cannot be read are skipped (the parser
     reports them)."""
     current: dict[str, tuple[dict | None, str]] = {}  # stage → (its spec so far, the file that last set it)
