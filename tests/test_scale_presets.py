@@ -28,7 +28,7 @@ def test_preset_composes_and_documents_its_command(name, capsys):
     header = [line for line in path.read_text().splitlines() if line.startswith("#")]
     assert any(f"configs/scale/{name}.yaml" in line and "paw_lightning fit" in line for line in header), "no command in the header"
     keys = set(yaml.safe_load(path.read_text()))
-    assert keys <= ({"trainer", "model", "data"} if name == "paper" else {"trainer", "model"}), keys
+    assert keys <= ({"trainer", "model", "data", "stages"} if name == "paper" else {"trainer", "model"}), keys
     config = resolved(capsys, *(["paper", name] if name == "multinode" else [name]))
     assert config["data"]["env"] == "alfworld"  # the recipe is still there
     trainer, lm = config["trainer"], config["model"]["lm"]

@@ -5,8 +5,9 @@
 ``python -m paw_lightning fit <fit arguments>`` and SIGKILLs its own process (no handler, no
 cleanup runs) in epoch EPOCH at PHASE:
 
-- ``rollout`` / ``scoring`` / ``update``: DELAY seconds into the phase (the data module's rollout,
-  its scoring pass, the epoch's first mini-batch's forward/backward), or at its end if it is shorter;
+- ``rollout`` / ``scoring`` / ``update``: DELAY seconds into the phase (the data module's training
+  rollout, the module's scoring pass, the epoch's first mini-batch's forward/backward), or at its
+  end if it is shorter;
 - ``optimizer_step``: right after the epoch's first optimizer step changed the weights in memory;
 - ``checkpoint``: half-way through writing the epoch's ``last.ckpt`` (its temporary file holds half
   the bytes; the rename over the previous ``last.ckpt`` never happens).
@@ -76,6 +77,19 @@ def install(phase: str, epoch: int, delay: float) -> None:
             _die()
 
     EpochClock.phase = phase_then_die
+
+    play = RolloutDataModule._play
+
+    def play_then_die(self, split, *args, **kwargs):  # the rollout: the data module times it itself
+        fire = split == "train" and armed("rollout", state["epoch"])
+        if fire:
+            threading.Timer(delay, _die).start()
+        played = play(self, split, *args, **kwargs)
+        if fire:
+            _die()
+        return played
+
+    RolloutDataModule._play = play_then_die
 
     step = LightningOptimizer.step
 
