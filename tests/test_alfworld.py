@@ -347,3 +347,15 @@ def test_engine_speedups_change_no_output():
             if done:
                 break
     sys.argv[:] = argv  # the plain chain's translator overwrites it
+
+
+def test_generate_command_fills_the_cache_the_env_reads(tmp_path, capsys, monkeypatch):
+    """``python -m paw_lightning.envs.alfworld.generate`` (its ``main``): one game of one task type
+    into a cache, where the store of the same generator config then finds it without drawing."""
+    from paw_lightning.envs.alfworld import generate, generator
+
+    generate.main(["--split", "train", "--num-games", "1", "--task-types", "look_at_obj_in_light", "--cache-dir", str(tmp_path)])
+    assert capsys.readouterr().out.startswith("train: 1 games ready in ")
+    monkeypatch.setattr(generator, "draw_game", lambda *a: pytest.fail("the generated game was drawn again"))
+    entry = GameStore(single_type("look_at_obj_in_light"), str(tmp_path)).entry("train", 0)
+    assert os.path.isfile(entry["gamefile"]) and entry["gamefile"].startswith(str(tmp_path))

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import errno
+import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,34 +15,32 @@ from paw_lightning.cli import main
 from paw_lightning.training import checkpoint_io
 from paw_lightning.training.checkpoint_io import CheckpointWriteError, DurableCheckpointIO
 
-from helpers import tiny_args
-
-WRITER = """
-import sys, torch
-from paw_lightning.training.checkpoint_io import DurableCheckpointIO
-io, path, version = DurableCheckpointIO(), sys.argv[1], 0
-print("ready", flush=True)
-while True:
-    version += 1
-    io.save_checkpoint({"version": version, "weights": torch.full((8_000_000,), float(version))}, path)  # 32 MB
-"""
+from helpers import tiny_args, write_checkpoints_forever
 
 
 @pytest.mark.slow
 def test_kill_mid_write_leaves_a_whole_checkpoint(tmp_path):
     """A process rewriting a 32 MB checkpoint in a loop is killed (SIGKILL) at 10 random moments:
     every time, the file loads and is one whole version (its tensor all that version), and no
-    temporary file is left but the interrupted one's."""
+    temporary file is left but the interrupted one's. Each writer is a fork of one server process
+    that imported torch and the checkpoint code once (a fresh interpreter each time spent ~3 s
+    importing before its first write)."""
     path = tmp_path / "last.ckpt"
     rng = random.Random(0)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["helpers", "paw_lightning.training.checkpoint_io"])
     for attempt in range(10):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline().strip() == "ready"
+        ready = context.Event()
+        proc = context.Process(target=write_checkpoints_forever, args=(str(path), ready), daemon=True)
+        proc.start()
+        assert ready.wait(timeout=300)
         while not path.is_file():
+            assert proc.is_alive(), f"the writer exited with code {proc.exitcode}"
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.5))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        assert proc.exitcode == -signal.SIGKILL
         saved = torch.load(path, weights_only=True)
         assert saved["version"] >= 1 and torch.equal(saved["weights"], torch.full((8_000_000,), float(saved["version"])))
         for leftover in tmp_path.glob(".last.ckpt.*.tmp"):

@@ -1,6 +1,7 @@
 """Bad input ends with one clear `error:` line, exit code 2 and no traceback."""
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 
@@ -8,13 +9,12 @@ import pytest
 
 from helpers import ROOT, tiny_args
 
-pytestmark = pytest.mark.slow  # every test runs the CLI in a subprocess
-
 
 def run_cli(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "paw_lightning", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize(
     "extra, expected",
     [
@@ -31,6 +31,7 @@ def test_bad_values_give_one_clear_line(tiny_model_dir, tmp_path, extra, expecte
     assert len(error_lines) == 1 and expected in error_lines[0], result.stderr[-2000:]
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_malformed_yaml(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("trainer:\n  max_epochs: [1,\n data: {\n")
@@ -39,7 +40,11 @@ def test_malformed_yaml(tmp_path):
     assert "bad.yaml" in result.stderr
 
 
-def test_print_config_lists_the_objectives(tmp_path):
-    result = run_cli("fit", "-c", str(ROOT / "configs/frozenlake.yaml"), "--print_config", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "paw_lightning.objectives.PolicyObjective" in result.stdout and "reload_dataloaders_every_n_epochs: 1" in result.stdout
+def test_print_config_lists_the_objectives(capsys, monkeypatch):
+    """``python -m paw_lightning fit … --print_config``, run as ``-m`` runs it (``__main__``) in this process."""
+    monkeypatch.setattr(sys, "argv", ["paw_lightning", "fit", "-c", str(ROOT / "configs/frozenlake.yaml"), "--print_config"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("paw_lightning", run_name="__main__")
+    assert exit_info.value.code in (0, None), capsys.readouterr().err[-2000:]
+    out = capsys.readouterr().out
+    assert "paw_lightning.objectives.PolicyObjective" in out and "reload_dataloaders_every_n_epochs: 1" in out

@@ -12,12 +12,13 @@ import lightning.pytorch as pl
 import mlflow
 import pytest
 import torch
+from mlflow.entities import Metric, Param, RunTag
 
 from paw_lightning.cli import main
+from paw_lightning.tracking.outage import OutageTolerantClient
+from paw_lightning.tracking.resend import resend
 
-from helpers import MlflowServer, free_port, tiny_args
-
-pytestmark = pytest.mark.slow  # an MLflow server process and fits
+from helpers import MlflowServer, empty_store, free_port, tiny_args
 
 SERVER: MlflowServer | None = None  # the test's server, for ServerSwitch
 
@@ -65,6 +66,7 @@ def server(tmp_path, monkeypatch):
     SERVER.stop()
 
 
+@pytest.mark.slow  # an MLflow server process and a fit
 def test_server_down_for_an_epoch_loses_nothing(server, tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
@@ -80,6 +82,7 @@ def test_server_down_for_an_epoch_loses_nothing(server, tiny_model_dir, tmp_path
     assert torch.load(last, weights_only=True)["epoch"] == 2
 
 
+@pytest.mark.slow  # an MLflow server process and a fit
 def test_server_gone_for_good_leaves_the_metrics_in_a_file(server, tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
@@ -97,6 +100,7 @@ def test_server_gone_for_good_leaves_the_metrics_in_a_file(server, tiny_model_di
     assert "paw.tracking_outage" in run.data.tags and run.info.status == "FINISHED"
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_unreachable_server_at_the_start_is_one_line(tiny_model_dir, tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     result = subprocess.run([sys.executable, "-m", "paw_lightning", "fit", *tiny_args(tiny_model_dir, tmp_path, f"--trainer.logger.init_args.tracking_uri={url}")],
@@ -106,3 +110,32 @@ def test_unreachable_server_at_the_start_is_one_line(tiny_model_dir, tmp_path):
     assert len(lines) == 1 and "unreachable" in lines[0] and url in lines[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not list(tmp_path.glob("runs/**/*.ckpt"))
+
+
+class Unreachable:
+    """An ``MlflowClient`` whose server never answers."""
+
+    def log_batch(self, *args, **kwargs):
+        raise OSError("Connection refused")
+
+
+def test_batches_kept_in_an_outage_go_to_a_file_that_resend_logs_into_the_run(tmp_path, capsys):
+    """Without a server: two batches are kept, written at the end with the run's status, and
+    ``resend`` logs them into that run of another store (values, steps, param, tags, status)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    empty_store(tmp_path / "mlflow.db")
+    store = mlflow.MlflowClient(tracking_uri=uri)
+    run_id = store.create_run(store.create_experiment("frozenlake")).info.run_id
+    client = OutageTolerantClient(Unreachable(), "http://127.0.0.1:9", retry_every=0, unsent_dir=tmp_path)
+    client.log_batch(run_id, metrics=[Metric("train/loss", 0.5, 1000, 0)], params=[Param("seed", "0")], tags=[RunTag("env", "frozenlake")])
+    client.log_batch(run_id=run_id, metrics=[Metric("train/loss", 0.25, 2000, 1)])
+    path = client.close(run_id, "FINISHED")
+    err = capsys.readouterr().err
+    assert err.count("unreachable at") == 1 and "2 metric values of run" in err and f"paw_lightning.tracking.resend {path}" in err
+    assert path == tmp_path / f"unsent_mlflow_{run_id}.jsonl" and len(path.read_text().splitlines()) == 3  # two batches, the status
+
+    assert resend(path, uri) == 2
+    run = store.get_run(run_id)
+    assert [(m.step, m.value) for m in sorted(store.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)] == [(0, 0.5), (1, 0.25)]
+    assert run.data.params == {"seed": "0"} and run.data.tags["env"] == "frozenlake" and run.info.status == "FINISHED"
+    assert run.data.tags["paw.tracking_outage"] == f"metrics sent after the run from {path.name}"
