@@ -14,6 +14,14 @@ copy's conversion time (``sync``), and the engine/trainer gap ``engine_kl`` = me
     python benchmarks/engine_throughput.py                               # configs/alfworld.yaml
     python benchmarks/engine_throughput.py --config configs/frozenlake.yaml --reps 5
     python benchmarks/engine_throughput.py --device cuda --engines hf,"hf merged",vllm   # a CUDA GPU with vLLM
+    python benchmarks/engine_throughput.py --device cuda --engines hf,"hf merged","hf merged static",cb --batch 32 --random 1.5b
+
+``--batch`` replaces the config's rollout batch; ``--model`` its ``model.lm.name_or_path``;
+``--random 1.5b`` samples from a randomly initialised model of Qwen2.5-1.5B's shape
+(train_throughput.py's) with the config's tokenizer and its vocabulary (random weights sample
+random tokens, so rows run to the budget: a speed figure, not a rollout). ``--json`` also
+writes the table. ``hf static`` / ``hf merged static``: ``HFEngine(cache="static")`` (on CUDA
+transformers compiles the decoding step); ``cb``: ``CBEngine`` (continuous batching).
 
 The torch engines generate in the run's precision (``--precision config``: ``bf16-mixed`` for
 a bfloat16 ``dtype: auto`` base, as ``fit`` chooses; autocast, as ``PaWModule.forward_context``),
@@ -39,10 +47,12 @@ warnings.filterwarnings("ignore")
 
 import torch
 from machine import machine_load
+from train_throughput import RANDOM_CONFIGS, random_peft_model
 
 from paw_lightning.cli import resolved_config
 from paw_lightning.envs import make_env_factory
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax
+from paw_lightning.rollout.cb_engine import CBEngine
 from paw_lightning.rollout.ct2 import CT2Engine
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, chat_prompt_ids
 from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
@@ -89,6 +99,10 @@ def main() -> None:
     parser.add_argument("--precision", choices=["config", "32-true", "bf16-mixed"], default="config",
                         help="the torch engines' precision (default: the config's run's: bf16-mixed for a bfloat16 dtype: auto base)")
     parser.add_argument("--vllm-kwargs", default="{}", help='vllm.LLM arguments as JSON, e.g. \'{"enforce_eager": true}\'')
+    parser.add_argument("--batch", type=int, help="prompts per generate call (default: the config's groups × group_size)")
+    parser.add_argument("--model", help="model.lm.name_or_path (default: the config's)")
+    parser.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="a randomly initialised model of this shape (the config's tokenizer)")
+    parser.add_argument("--json", help="also write the table to this JSON file")
     args = parser.parse_args()
     names = [n.strip() for n in args.engines.split(",")]
     if names[0] != "hf":
@@ -97,9 +111,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     config = resolved_config(args.config)
     data, rollout = config["data"], config["data"]["rollout"]
-    batch, budget, temperature = rollout["groups"] * rollout["group_size"], rollout["max_new_tokens"], rollout["temperature"]
-    lm_config = LMConfig(**{k: v for k, v in config["model"]["lm"].items()})
-    tokenizer, lm = load_tokenizer(lm_config), load_model(lm_config)
+    batch, budget, temperature = args.batch or rollout["groups"] * rollout["group_size"], rollout["max_new_tokens"], rollout["temperature"]
+    lm_config = LMConfig(**{**config["model"]["lm"], **({"name_or_path": args.model} if args.model else {})})
+    tokenizer = load_tokenizer(lm_config)
+    lm = random_peft_model(args.random, lm_config, args.device, tokenizer) if args.random else load_model(lm_config)
     lm.to(args.device).eval()
     prompts = first_prompts(data, batch * args.calls)
     precision = args.precision if args.precision != "config" else auto_precision(config["trainer"].get("precision"), lm_config.dtype, args.device)[0] or "32-true"
@@ -115,9 +130,12 @@ def main() -> None:
         "ct2 int8": lambda: CT2Engine("int8", threads=threads, workers=2, tis_cap=None),
         "ct2 int8 1w": lambda: CT2Engine("int8", threads=threads, workers=1, tis_cap=None),
         "ct2 float32": lambda: CT2Engine("float32", threads=threads, workers=2, tis_cap=None),
+        "hf merged static": lambda: HFEngine(merge_lora=True, cache="static"),
+        "cb": lambda: CBEngine(tis_cap=None),
         "vllm": lambda: VLLMEngine(sleep=False, tis_cap=None, llm_kwargs=json.loads(args.vllm_kwargs)),
     }
-    for name in names[1:]:
+    samplers["hf static"], sync["hf static"] = lambda: GenerationEngine(lm, tokenizer, budget, token_stats=True, cache="static"), 0.0
+    for name in [n for n in names[1:] if n != "hf static"]:
         if name not in copies:
             parser.error(f"unknown engine {name!r}: choose from hf, {', '.join(copies)}")
         engine = copies[name]()
@@ -128,6 +146,7 @@ def main() -> None:
           f"{len(prompts)} prompts of {statistics.mean(len(chat_prompt_ids(tokenizer, p)) for p in prompts):.0f} tokens; "
           f"{threads} threads, {precision}; at start: {machine_load()}\n")
 
+    samplers = {name: samplers[name] for name in names}  # the order asked for
     rates = {name: [] for name in samplers}
     tokens = {name: 0 for name in samplers}
     seconds = {name: 0.0 for name in samplers}
@@ -148,12 +167,19 @@ def main() -> None:
             seconds[name] += elapsed
             generations[name] += out
 
-    print(f"{'engine':<12} {'tok/s':>7} {'per rep':>22} {'× hf (median)':>13} {'resp tok':>8} {'sync s':>7} {'engine_kl':>9}")
+    print(f"{'engine':<16} {'tok/s':>7} {'per rep':>22} {'× hf (median)':>13} {'resp tok':>8} {'sync s':>7} {'engine_kl':>9}")
+    table = []
     for name in samplers:
-        ratio = statistics.median(a / b for a, b in zip(rates[name], rates["hf"]))
+        row = {"engine": name, "tokens_per_s": tokens[name] / seconds[name], "per_rep": rates[name],
+               "ratio_to_hf": statistics.median(a / b for a, b in zip(rates[name], rates["hf"])),
+               "mean_response_tokens": tokens[name] / max(len(generations[name]), 1), "sync_s": sync[name],
+               "engine_kl": engine_gap(lm, generations[name], forward_context)}
+        table.append(row)
         per_rep = "/".join(f"{r:.1f}" for r in rates[name])
-        mean_len = tokens[name] / max(len(generations[name]), 1)
-        print(f"{name:<12} {tokens[name] / seconds[name]:>7.1f} {per_rep:>22} {ratio:>12.2f}× {mean_len:>8.1f} {sync[name]:>7.1f} {engine_gap(lm, generations[name], forward_context):>9.2e}")
+        print(f"{name:<16} {row['tokens_per_s']:>7.1f} {per_rep:>22} {row['ratio_to_hf']:>12.2f}× {row['mean_response_tokens']:>8.1f} {row['sync_s']:>7.1f} {row['engine_kl']:>9.2e}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": args.config, "model": args.random or lm_config.name_or_path, "batch": batch, "budget": budget,
+                                               "device": args.device, "precision": precision, "threads": threads, "engines": table}, indent=1))
     print("\ntok/s: response tokens / generate wall time over the counted reps; × hf: median of the per-rep ratios;"
           "\nsync: make the merged copy (ct2: also convert and write it; per update in training); engine_kl: mean |log π_engine − log π_θ|.")
     sys.stdout.flush()

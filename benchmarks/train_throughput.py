@@ -17,8 +17,13 @@ Phases, each one warm-up iteration then ``--reps`` timed ones (median; CUDA sync
   tokens/s = batch × new tokens / time.
 - ``train``: forward + backward + AdamW step on the LoRA parameters, on ``--train-batch``
   rows of ``--seq-len`` random token ids, no attention mask (as training passes for
-  right-padded rows), loss = token mean of −log p(x_t | x_<t) from ``logits.float().log_softmax``
-  as ``PaWModule`` computes it. tokens/s = train batch × seq len / step time.
+  right-padded rows), loss = mean of −log p(x_t | x_<t) over the last ``--read-tokens``
+  positions of each row (a sample's response and next observation; the prompt before them is
+  read by no loss), taken as ``PaWModule`` takes it: ``read_log_softmax`` computes the logits
+  and their float32 log-softmax only at the read positions (``--read-tokens 0``: every
+  position, the full-vocabulary float32 log-softmax that ran the 1.5B out of memory at
+  8 × 2048 on an 80 GB GPU). tokens/s = train batch × seq len / step time. ``--profile``
+  prints the top kernels (CUDA; CPU ops on a CPU) of one more step by ``torch.profiler``.
 
 Weights: bytes of the model's tensors (parameters, buffers and bitsandbytes' quantisation
 constants; each storage once), not RSS: on CPU, quantising while loading leaves the read
@@ -36,7 +41,7 @@ FLOPs (model FLOPs, so MFU, not HFU: the recomputation of ``--gradient-checkpoin
 not counted). N = weights of the base linear layers incl. the LM head (tied or not), not the
 embeddings, not the LoRA adapters (r(in+out) per linear, ~1%). Attention score and value
 matmuls: 2·2·n_layers·seq·d_attn per token for full attention, counted half for causal
-(2·n_layers·seq·d_attn; d_attn = heads × head_dim = hidden here). Training, per token:
+(2·n_layers·seq·d_attn; d_attn = heads × head_dim = hidden here). Training, per token (the LM head's 2·N_head·3 counted only at the read positions):
 forward 2N + A; backward 2N + 2A: the base weights are frozen, so a base GEMM's backward only
 computes the input gradient (2N, not the 4N of input + weight gradients), while attention
 has no weights and its backward is twice its forward. So a LoRA step is ≈ 4N + 3A per token,
@@ -76,7 +81,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 from transformers.utils import logging as hf_logging
 
-from paw_lightning.model import LMConfig, load_model, load_tokenizer
+from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax
 from paw_lightning.testing import build_tiny_tokenizer
 
 # Dense bf16 tensor-core peak, TFLOPS; the first key contained in the device name wins.
@@ -99,6 +104,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--gradient-checkpointing", action="store_true", help="LMConfig.gradient_checkpointing")
     p.add_argument("--bf16-mixed", action="store_true", help="both phases under bfloat16 autocast, as trainer.precision bf16-mixed runs them (the main job's)")
     p.add_argument("--quantization", choices=["nf4"], help="LMConfig.quantization: 4-bit QLoRA base (needs bitsandbytes; not with --random)")
+    p.add_argument("--read-tokens", type=int, help="positions per row the loss reads, the last ones (default: seq-len // 4; 0: all)")
+    p.add_argument("--profile", action="store_true", help="print the top kernels of one more training step (torch.profiler)")
     p.add_argument("--json", help="also write the figures to this JSON file (benchmarks/qlora_memory.py reads it)")
     p.add_argument("--reps", type=int, default=3, help="timed iterations per phase after one warm-up (default: 3)")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: table by CUDA device name)")
@@ -116,14 +123,25 @@ def build(args: argparse.Namespace, device: torch.device):
         return load_model(lm, device=device), load_tokenizer(lm), f"{args.model!r} NF4"
     if not args.random:
         return load_model(lm).to(device), load_tokenizer(lm), repr(args.model)
+    return random_peft_model(args.random, lm, device), build_tiny_tokenizer(), f"random Qwen2 {args.random}"
+
+
+def random_peft_model(shape: str, lm: LMConfig, device, tokenizer=None):
+    """A randomly initialised Qwen2 model of ``shape`` (``RANDOM_CONFIGS``, seed 0) on ``device``
+    in ``lm.dtype`` (``auto``: bfloat16), with LoRA added by ``lm``'s settings as ``load_model``
+    adds it. Given a ``tokenizer``, its vocabulary size and special ids replace Qwen's (so its
+    samples decode)."""
+    config = dict(RANDOM_CONFIGS[shape])
+    if tokenizer is not None:
+        config.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
     with torch.device(device):
-        base = AutoModelForCausalLM.from_config(Qwen2Config(**RANDOM_CONFIGS[args.random]), dtype=getattr(torch, lm.dtype))
+        base = AutoModelForCausalLM.from_config(Qwen2Config(**config), dtype=getattr(torch, lm.dtype if lm.dtype != "auto" else "bfloat16"))
     if lm.gradient_checkpointing:  # as load_model does
         base.activation_checkpointing_enable({"use_reentrant": False})
         base.enable_input_require_grads()
     lora = LoraConfig(r=lm.lora_r, lora_alpha=lm.lora_alpha, lora_dropout=lm.lora_dropout, target_modules=lm.lora_target_modules, task_type="CAUSAL_LM")
-    return get_peft_model(base, lora), build_tiny_tokenizer(), f"random Qwen2 {args.random}"
+    return get_peft_model(base, lora)
 
 
 def model_sizes(model) -> dict:
@@ -137,10 +155,11 @@ def model_sizes(model) -> dict:
             "layers": config.num_hidden_layers, "d_attn": config.num_attention_heads * head_dim}
 
 
-def train_flops_per_token(s: dict, seq: int, weight_grads: bool) -> float:
-    """Forward 2N + A, backward 2N (+ 2N with weight gradients, the 6N convention) + 2A."""
+def train_flops_per_token(s: dict, seq: int, weight_grads: bool, read_fraction: float = 1.0) -> float:
+    """Forward 2N + A, backward 2N (+ 2N with weight gradients, the 6N convention) + 2A; the LM
+    head's share of N only at the ``read_fraction`` of positions whose logits are computed."""
     attention = 2 * s["layers"] * seq * s["d_attn"]  # causal: half of 2·2·layers·seq·d_attn
-    return (6 if weight_grads else 4) * s["n"] + 3 * attention
+    return (6 if weight_grads else 4) * (s["n"] - s["head"] * (1 - read_fraction)) + 3 * attention
 
 
 def rollout_flops(s: dict, batch: int, prompt: int, new: int) -> float:
@@ -236,15 +255,39 @@ def rollout_step(model, tokenizer, args, device):
     return step
 
 
+def read_tokens(args) -> int:
+    """Positions per training row whose next-token log-prob the loss reads (the last ones)."""
+    if args.read_tokens is None:
+        return max(args.seq_len // 4, 1)
+    return args.seq_len - 1 if args.read_tokens == 0 else min(args.read_tokens, args.seq_len - 1)
+
+
+def profile_top_kernels(step, device: torch.device, rows: int = 12) -> str:
+    """The top ``rows`` kernels (CUDA) or operators (CPU) of one ``step`` by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step(-1)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60)
+
+
 def train_step(model, args, device):
     ids = torch.randint(model.config.vocab_size, (args.train_batch, args.seq_len), generator=torch.Generator().manual_seed(2)).to(device)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
+    keep_from = args.seq_len - read_tokens(args)
+    read = torch.zeros_like(ids, dtype=torch.bool)
+    read[:, max(keep_from, 1):] = True  # position t's token is predicted from t − 1
+    mask = torch.ones_like(ids, dtype=torch.bool)
+
     def step(i: int) -> None:
         with torch.autocast(device.type, torch.bfloat16, enabled=args.bf16_mixed):
-            logits = model(input_ids=ids, use_cache=False).logits
-        logp = logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None])
-        (-logp.mean()).backward()
+            logp, targets, _ = read_log_softmax(model, ids, mask, read, max(keep_from, 1))
+        (-logp.gather(-1, targets[:, None]).mean()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -307,18 +350,20 @@ def main() -> None:
     model.eval()
     gen_s, gen_mem = timed(rollout_step(model, tokenizer, args, device), args.reps, device, memory)
     model.train()
-    train_s, train_mem = timed(train_step(model, args, device), args.reps, device, memory)
+    train = train_step(model, args, device)
+    train_s, train_mem = timed(train, args.reps, device, memory)
 
     gen_tokens, train_tokens = args.batch * args.new_tokens, args.train_batch * args.seq_len
     gen_flops = rollout_flops(sizes, args.batch, args.prompt_tokens, args.new_tokens) / gen_s
-    train_flops = [train_tokens * train_flops_per_token(sizes, args.seq_len, g) / train_s for g in (False, True)]
+    read_fraction = read_tokens(args) / args.seq_len
+    train_flops = [train_tokens * train_flops_per_token(sizes, args.seq_len, g, read_fraction) / train_s for g in (False, True)]
 
     def mfu(flops: float | None) -> str:
         return "n/a" if flops is None or peak[0] is None else f"{100 * flops / peak[0]:.1f}%"
 
     mem_kind = "peak alloc GiB" if device.type == "cuda" else "peak RSS growth GiB"
     rows = [("rollout", f"b{args.batch} {args.prompt_tokens}+{args.new_tokens}", gen_tokens / gen_s, gen_s, gen_mem, mfu(gen_flops), "-", gen_flops),
-            ("train", f"b{args.train_batch} x {args.seq_len}", train_tokens / train_s, train_s, train_mem, mfu(train_flops[0]), mfu(train_flops[1]), train_flops[0])]
+            ("train", f"b{args.train_batch} x {args.seq_len} r{read_tokens(args)}", train_tokens / train_s, train_s, train_mem, mfu(train_flops[0]), mfu(train_flops[1]), train_flops[0])]
     header = f"{'phase':<8}{'shape':>14}{'tokens/s':>11}{'median s':>10}{mem_kind:>21}{'TFLOP/s':>9}{'MFU (4N)':>10}{'MFU (6N conv.)':>16}"
     print("\n" + header + "\n" + "-" * len(header))
     for phase, shape, tok_s, seconds, mem, m4, m6, flops in rows:
@@ -329,12 +374,18 @@ rollout: new tokens/s (every row generates exactly --new-tokens); its MFU counts
 train:   tokens/s over all batch × seq-len tokens; TFLOP/s and MFU (4N) at 4N + 3A per token (frozen base: no weight gradients,
          A = causal attention 2·layers·seq·d_attn); MFU (6N conv.) at 6N + 3A, the full fine-tuning convention; recomputation
          under gradient checkpointing not counted (MFU, not HFU)
+         (the LM head only at the r read positions of each row)
 median of {args.reps} timed iterations after 1 warm-up per phase; at end: {machine_load()}""")
+    kernels = profile_top_kernels(train, device) if args.profile else None
+    if kernels:
+        print("\ntop kernels of one training step (torch.profiler, by self time):\n" + kernels)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": label, "dtype": args.dtype, "device": device_name, "weights_gib": weights / 2**30, "peak_includes_weights": device.type == "cuda",
                        **{f"{phase}_{key}": value for phase, _, tok_s, seconds, mem, _, _, _ in rows
-                          for key, value in (("tokens_per_s", tok_s), ("seconds", seconds), ("peak_gib", mem / 2**30))}}, f, indent=1)
+                          for key, value in (("tokens_per_s", tok_s), ("seconds", seconds), ("peak_gib", mem / 2**30))},
+                       "train_read_tokens": read_tokens(args), "train_mfu_4n": mfu(train_flops[0]), "train_mfu_6n": mfu(train_flops[1]),
+                       "rollout_mfu": mfu(gen_flops), "peak": peak[1], "top_kernels": kernels}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import copy
 import time
 import weakref
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from peft.tuners.lora import LoraLayer
@@ -24,6 +25,7 @@ from paw_lightning.rollout.prefix import left_pad, plan_shared_prefixes, prefill
 from paw_lightning.scale import distributed
 
 
+CACHES = ("dynamic", "static")  # GenerationEngine's KV caches
 _STOP_CRITERIA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer → {stop string → criterion}
 
 
@@ -84,14 +86,22 @@ class GenerationEngine:
         share_prefixes: prefill a prompt prefix that several rows share once
             (:mod:`paw_lightning.rollout.prefix`: same samples up to float rounding); off under
             FSDP2/DDP, where every rank must run the same forwards.
+        cache: ``dynamic`` (a KV cache that grows token by token) or ``static`` (transformers'
+            ``StaticCache``, allocated for prompt + budget at the call's start; on CUDA,
+            transformers then compiles the decoding forward with ``torch.compile``). A static
+            cache cannot take a prefilled shared prefix, so ``static`` prefills every row whole.
     """
 
-    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, token_stats: bool = False, share_prefixes: bool = True):
+    def __init__(self, model, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, token_stats: bool = False, share_prefixes: bool = True,
+                 cache: str = "dynamic"):
+        if cache not in CACHES:
+            raise ValueError(f"cache = {cache!r}: must be one of {', '.join(CACHES)}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.token_stats = token_stats
-        self.share_prefixes = share_prefixes
+        self.share_prefixes = share_prefixes and cache == "dynamic"
+        self.cache = cache
 
     def generate(self, prompts: list[str], temperature: float, seed: int, stop: str = "</action>") -> list[Generation]:
         """Generate one response per prompt, each ending after ``stop`` (an empty list is
@@ -138,6 +148,7 @@ class GenerationEngine:
             eos_token_id=self.tokenizer.eos_token_id,
             output_logits=token_stats is not None,
             return_dict_in_generate=token_stats is not None,
+            cache_implementation="static" if self.cache == "static" else None,
         )
         stopping = StoppingCriteriaList([stop_criterion(self.tokenizer, stop)] if stop else [])
         with torch.random.fork_rng(devices=[]):
@@ -225,11 +236,15 @@ class HFEngine(RolloutEngine):
         share_prefixes: prefill each prompt prefix that several rows of a step share (a task
             group's episodes) once (:class:`GenerationEngine`); false: every row prefills its
             whole prompt.
+        cache: the KV cache of ``generate``, ``dynamic`` or ``static`` (:class:`GenerationEngine`:
+            with ``static`` on CUDA transformers compiles the decoding step; prefixes are not
+            shared). Measured against ``dynamic`` by benchmarks/gpu_check.py.
     """
 
-    def __init__(self, merge_lora: bool = False, share_prefixes: bool = True):
+    def __init__(self, merge_lora: bool = False, share_prefixes: bool = True, cache: Literal["dynamic", "static"] = "dynamic"):
         self.merge_lora = merge_lora
         self.share_prefixes = share_prefixes
+        self.cache = cache
         self.merged: torch.nn.Module | None = None
 
     def check(self, lm_config, world_size: int) -> None:
@@ -239,7 +254,7 @@ class HFEngine(RolloutEngine):
     def sampler(self, lm, tokenizer, max_new_tokens: int, token_stats: bool, version: object) -> GenerationEngine:
         if self.merge_lora:
             self.refresh(lm, tokenizer, version)
-        return GenerationEngine(self.merged if self.merge_lora else lm, tokenizer, max_new_tokens, token_stats, self.share_prefixes)
+        return GenerationEngine(self.merged if self.merge_lora else lm, tokenizer, max_new_tokens, token_stats, self.share_prefixes, self.cache)
 
     def sync(self, lm, tokenizer) -> None:
         """Make the merged copy (a plain copy first) and write W + ΔW into it."""

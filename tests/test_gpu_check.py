@@ -1,0 +1,89 @@
+"""benchmarks/gpu_check.py, the one-call GPU check: the plan it runs on a GPU (sizes, engines,
+the learning runs' flags), a section that outlives its budget, and the whole check as a dry
+run on a CPU (tiny sizes), whose report holds every section's figures."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_check  # noqa: E402
+
+
+def gpu_plan(tmp_path) -> gpu_check.Plan:
+    return gpu_check.Plan.make(argparse.Namespace(out=tmp_path, model="/w/smollm2.gguf", dry_run=False, budget=510.0, jobs=8))
+
+
+def test_on_a_gpu_the_check_measures_every_engine_at_batch_8_32_and_128_for_both_shapes(tmp_path):
+    section = gpu_check.generation_section(gpu_plan(tmp_path), ["hf", "hf merged", "cb"])
+    shapes = [("--random" in c, c[c.index("--batch") + 1], c[c.index("--device") + 1], c[c.index("--engines") + 1]) for c in section.commands]
+    assert shapes == [(random, b, "cuda", "hf,hf merged,cb") for random in (False, True) for b in ("8", "32", "128")]
+    assert all("--model" in c and c[c.index("--model") + 1] == "/w/smollm2.gguf" for c in section.commands)
+
+
+def test_on_a_gpu_training_is_the_15b_shape_at_8_x_2048_and_learning_runs_on_the_gpu(tmp_path):
+    plan = gpu_plan(tmp_path)
+    (train,) = gpu_check.training_section(plan).commands
+    assert ["--random", "1.5b"] == train[2:4] and "--profile" in train
+    assert train[train.index("--train-batch") + 1] == "8" and train[train.index("--seq-len") + 1] == "2048" and train[train.index("--read-tokens") + 1] == "512"
+    learning = gpu_check.learning_command(plan, seeds=16)
+    assert learning[learning.index("--seeds") + 1 : learning.index("--jobs")] == [str(s) for s in range(16)]
+    assert {"--trainer.accelerator=gpu", "--trainer.devices=1", "--model.lm.name_or_path=/w/smollm2.gguf"} <= set(learning)
+
+
+def test_a_command_past_its_budget_is_stopped_and_reported():
+    start = time.monotonic()
+    status, output = gpu_check.run_until([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"], 2.0)
+    assert status == "timed out" and "started" in output and time.monotonic() - start < 30
+    assert gpu_check.run_until([sys.executable, "-c", "raise SystemExit(3)"], 30.0)[0] == "failed (exit 3)"
+
+
+@pytest.mark.slow  # ~2–4 min: every section at tiny sizes
+def test_the_dry_run_writes_a_report_with_every_section(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--dry-run", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (tmp_path / "gpu_check.md").read_text()
+    for section in ("| gpu tests |", "| generation |", "| training |", "| learning |"):
+        assert section in report
+    assert "| failed" not in report and "timed out" not in report
+    for batch in (2, 4):
+        for engine in ("hf", "hf merged", "hf merged static", "cb"):
+            assert f"| tiny-model | {batch} | {engine} |" in report
+    assert "MFU" in report and "Top kernels" in report
+    assert "gigpo_verl + vanilla" in report and "gigpo_verl + paw" in report
+
+
+def test_the_pack_fills_carries_of_at_most_the_limit_and_the_last_call_runs_the_check(tmp_path):
+    import gpu_pack
+
+    sizes = {"a.whl": 50, "b.whl": 30, "c.whl": 25, "m.gguf.part000": 60, "m.gguf.part001": 10}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    packed = gpu_pack.bundles(sorted(tmp_path.iterdir()), limit=60)
+    assert sorted(p.name for b in packed for p in b) == sorted(sizes)
+    assert all(sum(sizes[p.name] for p in b) <= 60 for b in packed) and len(packed) == 3  # 165 bytes: at least 3 carries of 60
+    with pytest.raises(ValueError, match="larger than a carry"):
+        gpu_pack.bundles([tmp_path / "a.whl"], limit=40)
+    calls = gpu_pack.calls(3, "--budget 500")
+    assert [c["carry"] for c in calls] == [[".gpu/1"], [".gpu/2"], [".gpu/3"]]
+    assert all(len(c["command"]) <= 2000 and c["command"].startswith("mkdir -p .gpu/keep && mv .gpu/") for c in calls)
+    assert "gpu_check.py --model /tmp/SmolLM2-135M-Instruct.Q4_1.gguf --budget 500" in calls[-1]["command"]
+    assert "gpu_check" not in calls[0]["command"]
+    assert gpu_pack.project("Jinja2-3.1.4-py3-none-any.whl") == "jinja2" and gpu_pack.project("mlflow_skinny-3.17.2-py3-none-any.whl") == "mlflow-skinny"
+
+
+def test_the_split_model_joins_back_byte_for_byte(tmp_path):
+    import gpu_pack
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(bytes(range(256)) * 10)
+    (tmp_path / "parts").mkdir()
+    parts = gpu_pack.split(model, tmp_path / "parts", 1000)
+    assert [p.name for p in parts] == ["model.gguf.part000", "model.gguf.part001", "model.gguf.part002"]
+    assert b"".join(p.read_bytes() for p in sorted(parts)) == model.read_bytes()
