@@ -52,3 +52,6 @@ def test_prepare_update_reports_the_share_of_zero_advantages(tiny_model_dir):
     metrics = prepare_update(module.update_inputs(), buffer, max_return=3.0)
     assert metrics["policy/zero_advantage_fraction"] == 0.5
     assert (buffer.advantages[6:] == 0).all() and (buffer.advantages[:6] != 0).all()
+    # samples left out of the policy loss (data.rollout.mask_truncated) are not counted: 3 of group 1's 6 out
+    buffer.no_policy_loss = torch.tensor([False] * 9 + [True] * 3)
+    assert prepare_update(module.update_inputs(), buffer, max_return=3.0)["policy/zero_advantage_fraction"] == pytest.approx(3 / 9)

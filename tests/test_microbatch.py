@@ -53,7 +53,8 @@ def test_take_rows_trims_padding_and_recomputes_keep_from():
 
 
 def _module(model_dir, aggregation: str) -> PaWModule:
-    policy = PolicyObjective(advantage=GRPO(), kl_coef=0.05, entropy_coef=0.01, aggregation=aggregation)
+    norm = 16 if aggregation == "seq-mean-token-sum-norm" else None
+    policy = PolicyObjective(advantage=GRPO(), kl_coef=0.05, entropy_coef=0.01, aggregation=aggregation, loss_norm_tokens=norm)
     module = PaWModule(lm=LMConfig(name_or_path=str(model_dir), lora_r=4), policy_objective=policy, world_model_objective=ClippedMAE(rho=0.9, alpha=0.75), score_batch_size=16)
     torch.manual_seed(0)  # LoRA A is drawn in configure_model
     module.configure_model()
@@ -101,7 +102,7 @@ def _budget_for(lengths: list[int], n_parts: int) -> int:
     raise AssertionError(f"no budget splits {lengths} into {n_parts}")
 
 
-@pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "sequence-mean"])
 def test_gradients_and_losses_do_not_depend_on_the_split(tiny_model_dir, aggregation):
     module = _module(tiny_model_dir, aggregation)
     buffer = _buffer(module)

@@ -79,7 +79,8 @@ def prepare_update(inputs: UpdateInputs, buffer: RolloutBuffer, max_return: floa
     else:
         buffer.advantages = objective.advantages(buffer.info)
     metrics = dict(getattr(objective.advantage, "last_diagnostics", {}))
-    metrics["policy/zero_advantage_fraction"] = zero_advantage_fraction(buffer.advantages)
+    in_loss = buffer.advantages if buffer.no_policy_loss is None else buffer.advantages[~buffer.no_policy_loss]
+    metrics["policy/zero_advantage_fraction"] = zero_advantage_fraction(in_loss)  # of the samples the policy loss reads
     if inputs.off_policy:
         metrics.update(off_policy_correction(buffer, inputs.tis_cap))
     wm = inputs.world_model_objective
