@@ -25,7 +25,9 @@ One command, from a fresh clone, on a 2-core CPU (about 80 minutes with ``--jobs
 invocation (its runs in ``--experiment``). Arguments after ``--`` go to every run, e.g.
 ``-- --trainer.max_epochs=30``. Runs are named ``[<method>+]<algorithm>+<objective>/seed<seed>``.
 ``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
-the same experiment and report.
+the same experiment and report. ``-- --data.evaluation.dream.tasks=32 --data.evaluation.dream.horizon=4``
+adds the dream evaluation to every validation and a table of its measures to the report
+(docs/reference/dream.md).
 """
 from __future__ import annotations
 
@@ -52,6 +54,12 @@ COLUMNS = [  # (header, metric key, shown in %)
     ("Invalid %", "val/episode/invalid_rate", True),
     ("WM NLL", "val/wm/nll", False),
     ("WM exact %", "val/wm/exact_match", True),
+]
+DREAM_COLUMNS = [  # (header, metric key, shown in %): the world model as a simulator (docs/reference/dream.md)
+    *((f"exact@{k} %", f"val/dream/exact_at_{k}", True) for k in range(1, 5)),
+    ("success in the model %", "val/dream/success", True),
+    ("replay success %", "val/dream/replay_success", True),
+    ("first divergence (steps)", "val/dream/first_divergence", False),
 ]
 DIAGNOSTICS = [  # (header, ending in % if shown in %; train metric keys (summed) or a per-update series (client, run) -> values; how to reduce a run's values)
     ("response-token entropy (nats), first → last update", ["train/policy/entropy"], "first_last"),
@@ -268,11 +276,29 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     plans = sorted({validation_plan(client, run) for seed_runs in by_objective.values() for run in seed_runs.values()} - {None})
     plan = f" ({'; '.join(plans)})" if plans else ""
     text = "\n".join([f"Held-out validation{plan} after {updates} updates (warm-up row: before the first update); "
-                      "success, invalid and exact match in %, mean ± std over seeds.", "", *lines, *diag, ""])
+                      "success, invalid and exact match in %, mean ± std over seeds.", "", *lines, *diag, *dream_table(client, by_objective), ""])
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({obj: {str(seed): s for seed, s in v.items()} for obj, v in series.items()}, indent=1))
     plot(series, rollouts, invalid, out / "learning_curves.png")
     return text + f"\nwritten: {out / 'results.md'}, {out / 'learning_curves.png'}\n"
+
+
+def dream_table(client, by_objective: dict) -> list[str]:
+    """The dream measures (``val/dream/*``, when the runs logged them) per objective, mean ± std
+    over seeds: at the validation before the first update (the warm-up's weights) and at the
+    last one. Empty when no run logged them."""
+    series = {obj: [{key: validation_series(client, run, key) for _, key, _ in DREAM_COLUMNS} for run in seed_runs.values()]
+              for obj, seed_runs in by_objective.items()}
+    if not any(values for runs in series.values() for s in runs for values in s.values()):
+        return []
+    lines = ["", "The world model as a simulator (held-out dreams, docs/reference/dream.md): k-step fidelity, success of imagined "
+             "episodes inside the model, their actions replayed in the real environment; mean ± std over seeds:", "",
+             "| | " + " | ".join(h for h, _, _ in DREAM_COLUMNS) + " | seeds |", "|---" * (len(DREAM_COLUMNS) + 2) + "|"]
+    for obj, runs in series.items():
+        for label, at in (("before RL (warm-up)", lambda v: v.get(0)), ("after the last update", lambda v: v[max(v)] if v else None)):
+            cells = [cell([x for x in (at(s[key]) for s in runs) if x is not None], pct) for _, key, pct in DREAM_COLUMNS]
+            lines.append(f"| {obj}, {label} | " + " | ".join(cells) + f" | {len(runs)} |")
+    return lines
 
 
 def per_run_table(series: dict, invalid: dict) -> list[str]:

@@ -6,13 +6,13 @@ MLflow run behind."""
 from __future__ import annotations
 
 import itertools
-import sqlite3
 
 import pytest
 import torch
 
 from paw_lightning.cli import main
 
+from fuzz_schema import runs_in
 from helpers import tiny_args
 
 pytestmark = pytest.mark.slow  # 200 CLI invocations of fit
@@ -128,10 +128,3 @@ def test_every_bad_invocation_exits_2_with_one_line(tiny_model_dir, tmp_path, mo
             failures.append((extra, code, err[-300:], runs_in(tmp_path / "mlflow.db")))
     assert not failures, f"{len(failures)} of {len(cases)} bad invocations were not one clean error line or left a run:\n" + "\n".join(map(str, failures[:10]))
 
-
-def runs_in(database) -> int:
-    """Active MLflow runs in the test's tracking database (a bad invocation may leave none)."""
-    if not database.exists():
-        return 0
-    with sqlite3.connect(database) as connection:
-        return connection.execute("select count(*) from runs where lifecycle_stage = 'active'").fetchone()[0]

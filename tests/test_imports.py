@@ -49,7 +49,9 @@ PACKAGE = "paw_lightning"
 LAYERS: dict[str, int] = {
     "__init__": 0,  # the root package: the version and a log filter
     # leaves: import nothing of the package
+    "ranges": 0,  # the declared ranges of settings, as types: jsonargparse only
     "scale": 1, "model": 1, "embedding": 1, "retrieval": 1, "progress": 1, "analysis": 1,
+    "cli_checks": 1,  # the CLI's checks before anything is built: the ranges
     "training": 2,  # step helpers: scale's collectives, model's bf16 probe
     "objectives": 2,  # tensors in, losses out: scale's collectives
     "envs": 3,  # environments: retrieval, embedding, RWML's reward

@@ -14,22 +14,25 @@ import argparse
 import contextlib
 import io
 import os
-import re
 import sys
+import traceback
 import warnings
 from pathlib import Path
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 import yaml
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from paw_lightning.callbacks import RunSummary
 from paw_lightning.callbacks.stages import STAGES, stage_replacements
+from paw_lightning.cli_checks import check_checkpoint, check_config_files, check_declared_ranges, check_finite, check_input_files, one_line
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.module import DEFAULT_LR, PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
+from paw_lightning.ranges import PositiveFloat, PositiveInt
 from paw_lightning.scale import peers
 from paw_lightning.tracking import EvaluationReport, MLflowSaveConfigCallback, MLflowTracking, resume_mlflow_run
 from paw_lightning.training import stop_deadline
@@ -90,14 +93,16 @@ class PawCLI(LightningCLI):
         parser.add_lightning_class_args(RunSummary, "summary")
         for key, (stage_type, purpose) in STAGES.items():  # by key: a later -c file changes one stage, not a list
             parser.add_argument(f"--stages.{key}", type=Optional[stage_type], default=None, help=f"{purpose} (null: none)")
-        parser.add_argument("--threads", type=Optional[Union[int, str]], default="auto",
+        parser.add_argument("--threads", type=Optional[Union[PositiveInt, Literal["auto"]]], default="auto",
                             help="torch threads on CPU: auto (one per core other processes leave free), a number, or null (torch's default)")
-        parser.add_argument("--stop_deadline_s", type=Optional[float], default=60.0,
+        parser.add_argument("--stop_deadline_s", type=Optional[PositiveFloat], default=60.0,
                             help="after SIGTERM, exit at the latest this many seconds later, even if blocked (null: wait for Lightning's orderly stop)")
 
     def parse_arguments(self, parser, args) -> None:
         """Parse; then (rank 0, also for ``--print_config``) one stderr line per stage that a
-        later ``-c`` file changed, replaced or removed (:func:`~paw_lightning.callbacks.stages.stage_replacements`)."""
+        later ``-c`` file changed, replaced or removed (:func:`~paw_lightning.callbacks.stages.stage_replacements`);
+        then the checks of :mod:`paw_lightning.cli_checks` (NaN/inf, the declared ranges of
+        Lightning's keys, input files), before the seed is set and anything is built."""
         argv = sys.argv[1:] if args is None else args
         files = _config_files(argv) if isinstance(argv, (list, tuple)) else []
         try:
@@ -107,6 +112,10 @@ class PawCLI(LightningCLI):
                 _report_stage_replacements(files)
             raise
         _report_stage_replacements(files)
+        config = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
+        check_finite(config)  # the input (paw_lightning.cli_checks), before the seed is set or anything is built
+        check_declared_ranges(config)
+        check_input_files(config)
 
     def _instantiate_trainer(self, config: dict, callbacks: list):
         """The stages (``stages.*``, in :data:`~paw_lightning.callbacks.stages.STAGES` order) go
@@ -123,6 +132,18 @@ class PawCLI(LightningCLI):
         if config.get("enable_progress_bar") is not False and not has_bar and not interactive():
             callbacks = [*callbacks, PlainProgressBar()]
         return super()._instantiate_trainer(config, callbacks)
+
+    def _parse_ckpt_path(self) -> None:
+        """``--ckpt_path``: opened here (:func:`~paw_lightning.cli_checks.check_checkpoint`, tensors
+        left on disk) before Lightning's own parse would ``torch.load`` a damaged file with a
+        traceback; Lightning's step (the model's hyper-parameters, which paw_lightning's
+        checkpoints do not hold) runs only for a checkpoint that has them."""
+        subcommand = self.config.get("subcommand")
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not path or str(path) in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path):
+            return  # a name Lightning resolves itself, or a remote file
+        if "hyper_parameters" in check_checkpoint(str(path), "ckpt_path", resume=subcommand == "fit"):
+            super()._parse_ckpt_path()
 
     def before_instantiate_classes(self) -> None:
         """Torch threads (``threads``), the SIGTERM deadline (``stop_deadline_s``,
@@ -143,7 +164,8 @@ class PawCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; a fit that stops on bad input (a ``ValueError``, e.g. a checkpoint from another
-        model) before it logged anything takes its new MLflow run with it. An unreachable
+        model, named with the reason it does not fit) before it logged anything takes its new
+        MLflow run with it. An unreachable
         tracking server stops it before anything runs. A collective that fails because another
         rank died or hangs becomes one line naming that rank (:mod:`paw_lightning.scale.peers`)."""
         check_server = getattr(getattr(self.trainer, "logger", None), "check_server", None)
@@ -152,17 +174,22 @@ class PawCLI(LightningCLI):
         peers.name_lost_ranks_on_observer_kill(lambda: getattr(self.trainer.checkpoint_callback, "last_model_path", None))
         try:
             super()._run_subcommand(subcommand)
-        except (ValueError, FileNotFoundError):
+        except (ValueError, FileNotFoundError, RuntimeError) as err:
+            checkpoint = self.config[subcommand].get("ckpt_path")
+            restoring = bool(checkpoint) and _raised_while_restoring(err)  # a checkpoint of another model or LoRA shape
+            if isinstance(err, RuntimeError) and not restoring:  # another rank died or hangs: say which, in one line
+                if not peers.is_collective_failure(err, self.trainer.world_size):
+                    raise
+                launched = getattr(self.trainer.strategy.launcher, "procs", None)
+                last = getattr(self.trainer.checkpoint_callback, "last_model_path", None)
+                raise peers.collective_failure(err, self.trainer.global_rank, self.trainer.world_size, launched, last) from err
             logger = getattr(self.trainer, "logger", None)
             if callable(getattr(logger, "discard_if_unstarted", None)):
                 logger.discard_if_unstarted()
+            if restoring:  # say which checkpoint could not be restored, and why
+                reason = str(err).strip().splitlines()[-1].strip() if str(err).strip() else type(err).__name__
+                raise ValueError(f"ckpt_path '{checkpoint}' cannot be restored into this model: {reason}") from err
             raise
-        except RuntimeError as err:  # another rank died or hangs: say which, in one line
-            if not peers.is_collective_failure(err, self.trainer.world_size):
-                raise
-            launched = getattr(self.trainer.strategy.launcher, "procs", None)
-            checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", None)
-            raise peers.collective_failure(err, self.trainer.global_rank, self.trainer.world_size, launched, checkpoint) from err
 
     def before_fit(self) -> None:
         """Settings that make a fit meaningless fail here, before an MLflow run is created."""
@@ -177,6 +204,12 @@ class PawCLI(LightningCLI):
                 "trainer.gradient_clip_val is not used: PaWModule optimises manually (micro-batches); "
                 f"set model.max_grad_norm={self.trainer.gradient_clip_val} instead"
             )
+
+
+def _raised_while_restoring(err: BaseException) -> bool:
+    """Whether ``err`` was raised while Lightning restored a checkpoint into the model."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return any(frame.filename.endswith("checkpoint_connector.py") for frame in frames)
 
 
 def _stream_is_tty(stream) -> bool:
@@ -203,50 +236,6 @@ def _report_stage_replacements(files: list[str]) -> None:
             print(line, file=sys.stderr, flush=True)
 
 
-def check_config_files(args: list[str]) -> None:
-    """Fail early, naming the file, when a ``-c``/``--config`` file is missing, not valid YAML or
-    not a mapping of sections (the parser's own message would hide the file name)."""
-    for flag, value in zip(args, args[1:]):
-        if flag not in ("-c", "--config"):
-            continue
-        path = Path(value)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file '{value}' does not exist")
-        try:
-            content = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err)
-            raise ValueError(f"config file '{value}' is not valid YAML{where}: {problem}") from err
-        if not isinstance(content, dict):
-            raise ValueError(f"config file '{value}' must be a mapping of sections (trainer:, model:, data:, …), not a {type(content).__name__}")
-        for section in ("trainer", "model", "data", "stages"):
-            if content.get(section) is not None and not isinstance(content[section], dict):
-                raise ValueError(f"config file '{value}': section '{section}' must be a mapping of settings, not {content[section]!r}")
-
-
-_BOILERPLATE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:", "Given value:",
-                "Parser key", "Problem with given class_path", "Expected a <class 'NoneType'>", "Expected a path but")
-
-
-def one_line(message: str) -> str:
-    """A parser error as one line: the (nested) key and the most specific reason, e.g.
-    ``data.rollout → groups: Expected a <class 'int'>. Got value: abc`` (jsonargparse lists
-    every alternative of a union over a dozen lines)."""
-    lines = [line.strip().removeprefix("- ").strip() for line in message.strip().splitlines() if line.strip()]
-    keys = re.findall(r'Parser key "([^"]+)"', message)
-    if not keys:
-        first = lines[0] if lines else "invalid arguments"
-        return re.sub(r"^unrecognized arguments: (?:(?:fit|validate|test) )+", "unrecognized arguments: ", first)
-    reasons = [line for line in lines if not line.startswith(_BOILERPLATE)]
-    given = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Given value:")), "")
-    reason = reasons[0] if reasons else "invalid value"
-    if given and "Got value" not in reason and "NestedArg" not in given:
-        reason += f" (given: {given})"
-    return f"{' → '.join(keys)}: {reason}"
-
-
 def resolved_config(*configs: str | Path, overrides: tuple[str, ...] = ()) -> dict:
     """The configuration ``fit -c CONFIG … OVERRIDES`` would run with, as plain data: the base
     recipe, the files in order, then the dotted overrides (parsed only, nothing instantiated)."""
@@ -263,18 +252,19 @@ def main(args: list[str] | None = None) -> None:
     """Entry point of ``python -m paw_lightning`` and ``paw-lightning``."""
     # Lightning's own use of a torch API that torch deprecated, once per training step: nothing a user can act on
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    argv = list(sys.argv[1:] if args is None else args)
     try:
-        check_config_files(list(sys.argv[1:] if args is None else args))
+        check_config_files(argv)
         PawCLI(args=args)
     except argparse.ArgumentError as err:  # the parser: an unknown key, a wrong type, a missing class
         if os.environ.get("PAW_LIGHTNING_DEBUG"):
             raise
-        print(f"error: {one_line(str(err))} (--help lists the options)", file=sys.stderr)
+        print(f"error: {one_line(str(err), argv)} (--help lists the options)", file=sys.stderr)
         sys.exit(2)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, MisconfigurationException) as err:  # bad input, ours or Lightning's
         if os.environ.get("PAW_LIGHTNING_DEBUG"):
             raise
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        message = one_line(str(err), argv) if str(err).strip() else type(err).__name__  # a class's union error: the innermost reason
         print(f"error: {message} (PAW_LIGHTNING_DEBUG=1 shows the traceback)", file=sys.stderr)
         sys.exit(2)
     except (NonFiniteTrainingError, CheckpointWriteError, peers.PeerLostError) as err:  # the run itself failed (not its input): exit code 1

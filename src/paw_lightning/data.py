@@ -32,8 +32,14 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from paw_lightning.envs import EnvPool, make_env_factory, tagged_env_kwargs
 from paw_lightning.evaluation import eval_plan
+from paw_lightning.ranges import NonNegativeFloat, NonNegativeInt, NonPositiveFloat, PositiveInt
 from paw_lightning.rollout.collector import Collector, Trajectory, derive_seed
 from paw_lightning.rollout import overlong
+from paw_lightning.rollout.dream.judge import Judge
+from paw_lightning.rollout.dream.lm import PolicyActor, WorldModelPredictor
+from paw_lightning.rollout.dream.measures import DreamRecords
+from paw_lightning.rollout.dream.play import dream_evaluation
+from paw_lightning.rollout.dream.settings import DreamSettings
 from paw_lightning.rollout.dynamic_sampling import DynamicSampling, sample_groups
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.played import PlayedEpisodes
@@ -89,18 +95,18 @@ class RolloutSettings:
             :mod:`paw_lightning.rollout.dynamic_sampling`).
     """
 
-    groups: int = 4
-    group_size: int = 4
-    max_steps: int = 8
-    max_new_tokens: int = 96
-    temperature: float = 1.0
-    history_length: int = 2
+    groups: PositiveInt = 4
+    group_size: PositiveInt = 4
+    max_steps: PositiveInt = 8
+    max_new_tokens: PositiveInt = 96
+    temperature: NonNegativeFloat = 1.0
+    history_length: NonNegativeInt = 2
     prompt_style: str = "verl"
-    invalid_penalty: float = -0.1
-    max_obs_tokens: int = 512
+    invalid_penalty: NonPositiveFloat = -0.1
+    max_obs_tokens: PositiveInt = 512
     mask_truncated: bool = False
-    overlong_buffer: int = 0
-    overlong_penalty_factor: float = 1.0
+    overlong_buffer: NonNegativeInt = 0
+    overlong_penalty_factor: NonNegativeFloat = 1.0
     dynamic_sampling: DynamicSampling = field(default_factory=DynamicSampling)
 
 
@@ -116,14 +122,17 @@ class EvaluationSettings:
         batch_size: samples per forward of the world-model metrics.
         env_kwargs: overrides of ``data.env_kwargs`` for validation and test episodes, e.g.
             ``{split: eval_in_distribution}`` for ALFWorld's held-out games.
+        dream: the world model as a simulator (``<split>/dream/*``, docs/reference/dream.md):
+            ``{horizon: 4, tasks: 8}``; off by default (``tasks: 0``).
     """
 
-    groups: int = 8
-    group_size: int = 1
-    test_groups: int = 32
-    temperature: float = 0.4
-    batch_size: int = 8
+    groups: PositiveInt = 8
+    group_size: PositiveInt = 1
+    test_groups: PositiveInt = 32
+    temperature: NonNegativeFloat = 0.4
+    batch_size: PositiveInt = 8
     env_kwargs: dict[str, Any] | None = None
+    dream: DreamSettings = field(default_factory=DreamSettings)
 
 
 class RolloutDataModule(LightningDataModule):
@@ -234,6 +243,8 @@ class RolloutDataModule(LightningDataModule):
 
     def _eval_loader(self, split: str, groups: int) -> DataLoader:
         self._my_groups(groups)  # a bad number of groups fails here, not mid-evaluation
+        if self.evaluation.dream.enabled:
+            self._my_groups(self.evaluation.dream.tasks)
         return DataLoader(_EvalEpisodes(self, split, groups), batch_size=None)
 
     def play_eval(self, split: str, groups: int) -> RolloutBuffer:
@@ -243,7 +254,25 @@ class RolloutDataModule(LightningDataModule):
         played = self._play(split, tasks, self.evaluation.group_size, self.evaluation.temperature, derive_seed(self.seed, split, distributed.rank()), split)
         played.plan = self.eval_plan(split)
         self.played[split] = played
+        if self.evaluation.dream.enabled:
+            played.dream = self._dream(split, played)
+            played.plan["dream"] = {"horizon": self.evaluation.dream.horizon, "tasks": self.evaluation.dream.tasks}
         return played.samples
+
+    def _dream(self, split: str, played: PlayedEpisodes) -> DreamRecords:
+        """This rank's dream evaluation (:mod:`paw_lightning.rollout.dream`): k-step fidelity along
+        the episodes just played, one imagined episode per task of its share of
+        ``evaluation.dream.tasks`` (the split's tasks 0, 1, …) and its replay."""
+        settings, policy = self.evaluation.dream, self.policy
+        mine = self._my_groups(settings.tasks)
+        if "dream" not in self.pools:
+            self.pools["dream"] = EnvPool(self.eval_env_factory, len(mine), num_workers=self.env_workers, timeout=self.env_timeout)
+        engine = policy.sampler(self.rollout.max_new_tokens)
+        stops = self.prompt.stop_strings
+        act = PolicyActor(engine, self.evaluation.temperature, derive_seed(self.seed, split, "dream", distributed.rank()), stops[0] if len(stops) == 1 else tuple(stops))
+        with policy.generating():
+            return dream_evaluation(self.pools["dream"], [derive_seed(split, g) for g in mine], played.trajectories, act,
+                                    WorldModelPredictor(engine, policy.tokenizer), Judge.for_env(self.eval_env_factory), self.prompt, settings.horizon)
 
     # -------------------------------------------------------------- helpers
     @property

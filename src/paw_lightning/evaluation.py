@@ -4,7 +4,8 @@ The data module plays the held-out tasks (:class:`~paw_lightning.rollout.played.
 with the :func:`eval_plan` of what it played); :class:`PaWModule` turns them into an
 :class:`Evaluation` at the end of each validation / test: the episode metrics with pass@k,
 the teacher-forced world-model NLL and token accuracy of its ``validation_step``s, and
-greedy free-running next-observation predictions (:func:`predict_observations`). The
+greedy free-running next-observation predictions (:func:`predict_observations`) and, when
+``data.evaluation.dream`` is on, the dream measures (:func:`dream_results`). The
 evaluation report, the trajectory table, the progress lines and the run summary read the
 module's latest ``Evaluation`` of a split and compute nothing themselves.
 """
@@ -17,6 +18,8 @@ from torchmetrics.functional.text import char_error_rate
 
 from paw_lightning.metrics import episode_metrics, pass_at_k_metrics
 from paw_lightning.rollout.collector import derive_seed
+from paw_lightning.rollout.dream.lm import generate_observations
+from paw_lightning.rollout.dream.measures import DreamRecords, dream_metrics
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.played import PlayedEpisodes
 from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
@@ -57,12 +60,15 @@ class Evaluation:
         world_model: free-running prediction quality, ``exact_match`` and ``cer``
             (logged as ``<split>/wm/*``); empty when not measured.
         predictions: the free-running o_{t+1} per sample index (the trajectory table).
+        dream: the world model as a simulator (:func:`dream_results`, logged as
+            ``<split>/dream/*``); empty when not measured.
     """
 
     played: PlayedEpisodes
     episode: dict[str, float]
     world_model: dict[str, float] = field(default_factory=dict)
     predictions: dict[int, str] = field(default_factory=dict)
+    dream: dict[str, float] = field(default_factory=dict)
 
     @property
     def split(self) -> str:
@@ -96,11 +102,17 @@ def predict_observations(lm, tokenizer, buffer: RolloutBuffer, n: int) -> tuple[
         contexts.append(ids[~obs].tolist())
         targets.append(tokenizer.decode(ids[obs], skip_special_tokens=True).strip())
         lengths.append(int(obs.sum()))
-    budget = distributed.max_across_ranks(max([1, *lengths]))
-    predicted = GenerationEngine(lm, tokenizer, budget).generate_ids(contexts, temperature=0.0, seed=0, stop=None)
-    preds = [tokenizer.decode(p[:length], skip_special_tokens=True).strip() for p, length in zip(predicted, lengths)]
+    engine = GenerationEngine(lm, tokenizer, max([1, *lengths]))  # this rank's budget; the call takes the longest of all ranks
+    preds = generate_observations(engine, tokenizer, contexts, lengths)
     predictions = dict(zip(indices, preds))
     if not preds:
         return {}, predictions
     metrics = {"exact_match": sum(p == t for p, t in zip(preds, targets)) / len(preds), "cer": float(char_error_rate(preds, targets))}
     return metrics, predictions
+
+
+def dream_results(records: DreamRecords) -> dict[str, float]:
+    """The dream measures of every rank's :class:`~paw_lightning.rollout.dream.measures.DreamRecords`
+    together: k-step fidelity, success inside the model, replay (docs/reference/dream.md; a
+    collective: every rank calls it)."""
+    return dream_metrics(records)

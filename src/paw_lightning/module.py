@@ -20,6 +20,7 @@ import dataclasses
 import random
 from pathlib import Path
 from collections.abc import Iterator
+from typing import Literal
 
 import numpy as np
 import torch
@@ -30,11 +31,12 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import fully_shard
 
 from paw_lightning.data import RolloutDataModule
-from paw_lightning.evaluation import Evaluation, episode_results, predict_observations, teacher_forced_quality
+from paw_lightning.evaluation import Evaluation, dream_results, episode_results, predict_observations, teacher_forced_quality
 from paw_lightning.metrics import episode_metrics
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, scatter_read
 from paw_lightning.objectives import ClippedMAE, Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.types import LossOutput
+from paw_lightning.ranges import NonNegativeInt, PositiveFloat, PositiveInt
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, RolloutEngine
 from paw_lightning.rollout.played import PlayedEpisodes
 from paw_lightning.rollout.samples import RolloutBuffer
@@ -141,14 +143,14 @@ class PaWModule(LightningModule):
         critic: Critic | None = None,
         world_model_objective: WorldModelObjective | None = PAW_WORLD_MODEL,
         optimizer: OptimizerCallable = default_optimizer,
-        score_batch_size: int = 8,
-        wm_eval_samples: int = 8,
-        micro_batch_tokens: int | None = None,
-        micro_batch_rows: int | None = None,
-        max_grad_norm: float | None = 1.0,
+        score_batch_size: PositiveInt = 8,
+        wm_eval_samples: NonNegativeInt = 8,
+        micro_batch_tokens: PositiveInt | None = None,
+        micro_batch_rows: PositiveInt | None = None,
+        max_grad_norm: PositiveFloat | None = 1.0,
         gather_weights_for_generation: bool = False,
-        old_logprobs: str = "recompute",
-        max_nonfinite_steps: int = 3,
+        old_logprobs: Literal["recompute", "rollout"] = "recompute",
+        max_nonfinite_steps: PositiveInt = 3,
         engine: RolloutEngine | None = None,
         init_weights: str | None = None,
     ):
@@ -446,7 +448,8 @@ class PaWModule(LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         """The held-out episodes just played become this split's :class:`Evaluation`: episode
-        metrics with pass@k and, on ``wm_eval_samples`` transitions, free-running predictions."""
+        metrics with pass@k, on ``wm_eval_samples`` transitions free-running predictions and,
+        with ``data.evaluation.dream``, the dream measures (``<split>/dream/*``)."""
         split = "test" if self.trainer.testing else "val"
         played = self._played(split)
         if played is None:
@@ -456,6 +459,9 @@ class PaWModule(LightningModule):
         if self.wm_eval_samples > 0:
             evaluation.world_model, evaluation.predictions = self.predict_observations(played.samples, self.wm_eval_samples)
             self.log_dict({f"{split}/wm/{k}": v for k, v in evaluation.world_model.items()}, sync_dist=True)
+        if played.dream is not None:  # data.evaluation.dream: the dream the data module played beside these episodes
+            evaluation.dream = dream_results(played.dream)
+            self.log_dict({f"{split}/dream/{k}": float(v) for k, v in evaluation.dream.items()}, sync_dist=True)
 
     on_test_epoch_end = on_validation_epoch_end
 

@@ -26,6 +26,7 @@ from paw_lightning.demonstrations import Demonstration, collect_demonstrations
 from paw_lightning.envs import EnvPool, make_env_factory
 from paw_lightning.envs.world_model import Triplet, WorldModelEnv, write_triplets
 from paw_lightning.objectives.rwml import easy_mask, keep_mask
+from paw_lightning.ranges import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveFloat, PositiveInt
 from paw_lightning.rollout.collector import Collector, derive_seed
 from paw_lightning.rollout.prompts import PromptBuilder
 from paw_lightning.rollout.triplets import random_triplets, triplets_from_trajectories
@@ -66,9 +67,9 @@ class RWMLData(BehaviourCloningWarmup):
     metric_prefix = "rwml/filter"
 
     def __init__(
-        self, tasks: int = 16, episodes_per_task: int = 2, eval_tasks: int = 8, max_steps: int = 8, actions: str = "policy",
-        policy_prompt_style: str = "verl", max_new_tokens: int = 96, filter_fraction: float = 0.1, samples: int = 10,
-        tau_d: float = 0.1, tau_easy: float = 0.0, keep_easy: float = 0.1, epochs: int = 2, lr: float = 1e-4, batch_size: int = 4,
+        self, tasks: PositiveInt = 16, episodes_per_task: PositiveInt = 2, eval_tasks: PositiveInt = 8, max_steps: PositiveInt = 8, actions: str = "policy",
+        policy_prompt_style: str = "verl", max_new_tokens: PositiveInt = 96, filter_fraction: OpenUnitInterval = 0.1, samples: PositiveInt = 10,
+        tau_d: NonNegativeFloat = 0.1, tau_easy: NonNegativeFloat = 0.0, keep_easy: ClosedUnitInterval = 0.1, epochs: NonNegativeInt = 2, lr: PositiveFloat = 1e-4, batch_size: PositiveInt = 4,
         reason: str = "I predict the next observation.", start_from_filter: bool = False, seed: int | None = None, progress: bool = True,
     ):
         super().__init__(demonstrations=1, epochs=epochs, lr=lr, batch_size=batch_size, seed=0 if seed is None else seed, progress=progress, reason=reason)

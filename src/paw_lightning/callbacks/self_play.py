@@ -13,6 +13,7 @@ from __future__ import annotations
 from paw_lightning.callbacks.warmup import BehaviourCloningWarmup, progress_line
 from paw_lightning.demonstrations import Demonstration, demonstration
 from paw_lightning.envs import EnvPool
+from paw_lightning.ranges import NonNegativeInt, PositiveFloat, PositiveInt
 from paw_lightning.rollout.collector import Collector, derive_seed
 from paw_lightning.rollout.spa import with_true_states
 from paw_lightning.scale import distributed
@@ -33,7 +34,7 @@ class SelfPlaySFT(BehaviourCloningWarmup):
     name = "self-play SFT"
     metric_prefix = "spa"
 
-    def __init__(self, episodes: int = 16, epochs: int = 5, lr: float = 1e-4, batch_size: int = 4, seed: int | None = None, progress: bool = True):
+    def __init__(self, episodes: PositiveInt = 16, epochs: NonNegativeInt = 5, lr: PositiveFloat = 1e-4, batch_size: PositiveInt = 4, seed: int | None = None, progress: bool = True):
         super().__init__(demonstrations=episodes, epochs=epochs, lr=lr, batch_size=batch_size, seed=0 if seed is None else seed, progress=progress)
         self.source = "self-play"
         self.follows_run_seed = seed is None

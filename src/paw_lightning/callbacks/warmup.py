@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 
 from paw_lightning.demonstrations import REASON, SOURCES, Demonstration, collate, collect_demonstrations, sft_loss
 from paw_lightning.progress import interactive, progress_bar
+from paw_lightning.ranges import NonNegativeInt, PositiveFloat, PositiveInt
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.scale import distributed
 from paw_lightning.scale import checkpointing
@@ -81,7 +82,7 @@ class BehaviourCloningWarmup(Callback):
     metric_prefix = "warmup"  # warmup/loss, warmup/demo_steps
 
     def __init__(
-        self, demonstrations: int = 16, epochs: int = 2, lr: float = 1e-4, batch_size: int = 4, seed: int = 0, progress: bool = True, cache_dir: str | None = None,
+        self, demonstrations: NonNegativeInt = 16, epochs: NonNegativeInt = 2, lr: PositiveFloat = 1e-4, batch_size: PositiveInt = 4, seed: int = 0, progress: bool = True, cache_dir: str | None = None,
         source: str = "expert", reason: str = REASON,
     ):
         if demonstrations < 0 or epochs < 0 or batch_size < 1 or lr <= 0:

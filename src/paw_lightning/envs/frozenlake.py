@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from paw_lightning.envs.base import EnvError
+from paw_lightning.envs.base import EnvError, Outcome
 from paw_lightning.envs.grid import (
     ACTIONS,
     COORDINATES_RULE,
@@ -23,6 +23,7 @@ from paw_lightning.envs.grid import (
     invalid_action_sentence,
     parse_action,
     parse_grid,
+    read_observation,
     render_grid,
     shift,
 )
@@ -148,6 +149,39 @@ class FrozenLakeEnv:
         if self.observation == "coordinates":
             return coords
         return f"{render_grid(grid)}\n{coords}" if self.coordinates else render_grid(grid)
+
+    def parse_state(self, observation: str) -> tuple[str, Pos, Pos, frozenset[Pos]] | None:
+        """The state an observation shows, ``(player symbol, player, goal, holes)`` (the symbol:
+        ``P`` on ice, ``X`` in a hole, ``√`` on the goal), read from its grid and from its
+        coordinates sentence; ``None`` when neither is readable or the two disagree. The map's
+        size is not part of it (the sentence does not show it). Optional (envs/base.py)."""
+        rows, sentence = read_observation(observation, "P_OGX√")
+        states = set()
+        if rows:
+            found = {symbol: [(r, c) for r, row in enumerate(rows) for c, v in enumerate(row) if v == symbol] for symbol in "PXG√O"}
+            players = [(symbol, pos) for symbol in "PX√" for pos in found[symbol]]
+            goals = found["G"] + [pos for symbol, pos in players if symbol == "√"]
+            if len(players) != 1 or len(goals) != 1:
+                return None
+            (symbol, player), (goal,) = players[0], goals
+            states.add((symbol, player, goal, frozenset(found["O"] + ([player] if symbol == "X" else []))))
+        if sentence is not None:
+            groups = {name.rstrip("s"): (symbol, cells) for name, symbol, cells in sentence}
+            player, goal = groups.get("player"), groups.get("goal")
+            if player is None or goal is None or len(player[1]) != 1 or len(goal[1]) != 1 or set(groups) - {"player", "goal", "hole"}:
+                return None
+            states.add((player[0], player[1][0], goal[1][0], frozenset(groups.get("hole", ("O", []))[1])))
+        return states.pop() if len(states) == 1 else None
+
+    def judge(self, observation: str) -> Outcome | None:
+        """Whether the state an observation shows (:meth:`parse_state`) ends the episode (the
+        player on the goal or in a hole) and is won (on the goal); ``None`` if unreadable."""
+        state = self.parse_state(observation)
+        if state is None:
+            return None
+        symbol, player, goal, holes = state
+        won = player == goal
+        return Outcome(done=won or player in holes, won=won)
 
     def _start(
         self, rows: int, cols: int, start: Pos, goal: Pos, holes: frozenset[Pos], slip_key: str

@@ -7,6 +7,7 @@ Row 0 is the top row and column 0 the leftmost column.
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
@@ -75,6 +76,43 @@ def parse_grid(rows: Sequence[str], allowed: str) -> dict[str, list[Pos]]:
                 raise ValueError(f"unknown symbol {symbol!r} at {format_pos((r, c))}; allowed: {allowed}")
             found[symbol].append((r, c))
     return found
+
+
+_SENTENCE_PART = re.compile(r"^([A-Za-z][a-z ]*?) \((.)\) (?:is|are) at (\(\d+,\d+\)(?:, \(\d+,\d+\))*)$")
+_CELL = re.compile(r"\((\d+),(\d+)\)")
+
+
+def parse_sentence(line: str) -> list[tuple[str, str, list[Pos]]] | None:
+    """The inverse of :func:`describe`: ``(name, symbol, positions)`` per group, the name in
+    lower case as written (singular or plural), or ``None`` when ``line`` is not such a sentence."""
+    line = line.strip()
+    if not line.endswith("."):
+        return None
+    groups = []
+    for part in line[:-1].split("; "):
+        match = _SENTENCE_PART.match(part)
+        if match is None:
+            return None
+        cells = [(int(r), int(c)) for r, c in _CELL.findall(match[3])]
+        groups.append((match[1].lower(), match[2], cells))
+    return groups
+
+
+def read_observation(observation: str, symbols: str) -> tuple[list[str], list[tuple[str, str, list[Pos]]] | None]:
+    """A (possibly predicted) observation's grid rows, the lines made only of ``symbols`` (the
+    first run of them), and its coordinates sentence (:func:`parse_sentence`; ``None`` if it
+    has none). Other lines (an invalid-action sentence) are skipped. The helper of the
+    environments' optional ``parse_state`` (:mod:`paw_lightning.envs.base`)."""
+    rows: list[str] = []
+    sentence = None
+    for line in (raw.strip() for raw in observation.strip().splitlines()):
+        if line and set(line) <= set(symbols) and (not rows or sentence is None):
+            if rows and len(line) != len(rows[0]):
+                return [], None
+            rows.append(line)
+        elif sentence is None and (groups := parse_sentence(line)) is not None:
+            sentence = groups
+    return rows, sentence
 
 
 def bfs_plan(

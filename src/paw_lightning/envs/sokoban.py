@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from paw_lightning.envs.base import EnvError
+from paw_lightning.envs.base import EnvError, Outcome
 from paw_lightning.envs.grid import (
     ACTIONS,
     COORDINATES_RULE,
@@ -23,6 +23,7 @@ from paw_lightning.envs.grid import (
     invalid_action_sentence,
     parse_action,
     parse_grid,
+    read_observation,
     render_grid,
     shift,
 )
@@ -155,6 +156,35 @@ class SokobanEnv:
             ]
         )
         return f"{render_grid(grid)}\n{coords}" if self.coordinates else render_grid(grid)
+
+    def parse_state(self, observation: str) -> tuple[Pos, frozenset[Pos], frozenset[Pos], frozenset[Pos]] | None:
+        """The state an observation shows, ``(player, boxes, targets, walls)``, read from its
+        grid (required: only it shows the walls) and checked against its coordinates sentence
+        when it has one; ``None`` when unreadable or the two disagree. Optional (envs/base.py)."""
+        rows, sentence = read_observation(observation, "#_OX√PS")
+        if not rows:
+            return None
+        found = {symbol: frozenset((r, c) for r, row in enumerate(rows) for c, v in enumerate(row) if v == symbol) for symbol in "#OX√PS"}
+        players = found["P"] | found["S"]
+        if len(players) != 1:
+            return None
+        (player,) = players
+        boxes, targets = found["X"] | found["√"], found["O"] | found["√"] | found["S"]
+        if sentence is not None:
+            shown = {symbol: frozenset(cells) for _, symbol, cells in sentence}
+            expected = {"P" if found["P"] else "S": players, "X": found["X"], "√": found["√"], "O": targets}
+            if {k: v for k, v in shown.items() if v} != {k: v for k, v in expected.items() if v}:
+                return None
+        return player, boxes, targets, found["#"]
+
+    def judge(self, observation: str) -> Outcome | None:
+        """Won (and done) when every box of the state an observation shows is on a target
+        (:meth:`parse_state`; deadlocks do not end an episode); ``None`` if unreadable."""
+        state = self.parse_state(observation)
+        if state is None:
+            return None
+        won = bool(state[1]) and state[1] <= state[2]
+        return Outcome(done=won, won=won)
 
     def _start(
         self, shape: tuple[int, int], walls: frozenset[Pos], targets: frozenset[Pos], state: State

@@ -15,8 +15,8 @@ import random
 import re
 from itertools import product
 
-from paw_lightning.envs.base import EnvError
-from paw_lightning.envs.grid import COORDINATES_RULE, Pos, describe, format_pos, render_grid
+from paw_lightning.envs.base import EnvError, Outcome
+from paw_lightning.envs.grid import COORDINATES_RULE, Pos, describe, format_pos, read_observation, render_grid
 
 DIGITS = (1, 2, 3, 4)
 _PLACE = re.compile(r"^\s*place\s+([0-9])\s+at\s+\(\s*([0-9])\s*,\s*([0-9])\s*\)\s*$", re.IGNORECASE)
@@ -145,6 +145,30 @@ class SudokuEnv:
         text = render_grid([[str(v) if v else "_" for v in row] for row in self._grid])
         empty = [(r, c) for r, c in product(range(4), range(4)) if self._grid[r][c] == 0]
         return f"{text}\n{describe([('empty cell', 'empty cells', '_', empty)])}" if self.coordinates and empty else text
+
+    def parse_state(self, observation: str) -> Grid | None:
+        """The grid an observation shows (0: empty), checked against its empty-cells sentence
+        when it has one; ``None`` when it holds no 4×4 grid or the two disagree. Optional (envs/base.py)."""
+        rows, sentence = read_observation(observation, "1234_")
+        if len(rows) != 4 or len(rows[0]) != 4:
+            return None
+        grid = tuple(tuple(0 if v == "_" else int(v) for v in row) for row in rows)
+        empty = {(r, c) for r, c in product(range(4), range(4)) if grid[r][c] == 0}
+        if sentence is not None and (len(sentence) != 1 or sentence[0][1] != "_" or set(sentence[0][2]) != empty):
+            return None
+        return grid
+
+    def judge(self, observation: str) -> Outcome | None:
+        """The rules applied to the grid an observation shows (:meth:`parse_state`): won when
+        full, lost when an empty cell has no admissible digit left, and the admissible
+        placements; ``None`` if unreadable."""
+        grid = self.parse_state(observation)
+        if grid is None:
+            return None
+        empty = [(r, c) for r, c in product(range(4), range(4)) if grid[r][c] == 0]
+        won = not empty
+        stuck = any(all(conflicts(grid, d, pos) for d in DIGITS) for pos in empty)
+        return Outcome(done=won or stuck, won=won, admissible_actions=[f"place {d} at {format_pos(pos)}" for d, pos in legal_placements(grid)])
 
     def _problem(self, digit: int, pos: Pos) -> str | None:
         r, c = pos

@@ -18,6 +18,7 @@ from typing import Literal
 import torch
 
 from paw_lightning.objectives.types import StepInfo
+from paw_lightning.ranges import NonNegativeFloat
 
 Level = Literal["trajectory", "step"]
 
@@ -139,7 +140,7 @@ class AdvantageEstimator(ABC):
 class GRPO(AdvantageEstimator):
     """Group-relative episode advantage: every step of trajectory τ gets the normalised R(τ)."""
 
-    def __init__(self, norm_by_std: bool = True, level: Level = "trajectory", eps: float = 1e-6) -> None:
+    def __init__(self, norm_by_std: bool = True, level: Level = "trajectory", eps: NonNegativeFloat = 1e-6) -> None:
         """
         Args:
             norm_by_std: divide the centred return by the group's std (+ eps); False only

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from paw_lightning.ranges import NonNegativeFloat, PositiveFloat
+
 
 def group_mean_returns(trajectories) -> dict[int, float]:
     """R̄_g: mean return of each group's trajectories."""
@@ -29,7 +31,7 @@ class LossBalancer:
 class FixedLambda(LossBalancer):
     """λ_g = ``value`` for every group (the "λ = 1" ablation, ECHO / WM-SFT baselines)."""
 
-    def __init__(self, value: float = 1.0):
+    def __init__(self, value: NonNegativeFloat = 1.0):
         self.value = value
 
     def lambdas(self, trajectories, max_return: float | None = None) -> dict[int, float]:
@@ -47,7 +49,7 @@ class RewardAdaptiveLambda(LossBalancer):
         clamp_low / clamp_high: the clamp bounds.
     """
 
-    def __init__(self, r_max: float | None = None, clamp_low: float = 0.0, clamp_high: float = 1.0):
+    def __init__(self, r_max: PositiveFloat | None = None, clamp_low: float = 0.0, clamp_high: float = 1.0):
         if r_max is not None and r_max <= 0:
             raise ValueError(f"r_max must be positive (got {r_max})")
         self.r_max, self.clamp_low, self.clamp_high = r_max, clamp_low, clamp_high

@@ -14,6 +14,7 @@ import torch
 
 from paw_lightning.objectives.advantages import AdvantageEstimator
 from paw_lightning.objectives.types import LossOutput, StepInfo
+from paw_lightning.ranges import ClosedUnitInterval, NonNegativeFloat, PositiveFloat
 
 
 def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, traj_ids: torch.Tensor, step_ids: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,7 +45,7 @@ class GAE(AdvantageEstimator):
     needs_values = True
     compares_episodes = False  # the baseline is the critic's V(h_t), not the other episodes
 
-    def __init__(self, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True):
+    def __init__(self, gamma: ClosedUnitInterval = 1.0, lam: ClosedUnitInterval = 0.95, whiten: bool = True):
         self.gamma, self.lam, self.whiten = gamma, lam, whiten
 
     def advantages_and_returns(self, info: StepInfo) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +69,7 @@ class Critic(torch.nn.Module):
         lr: learning rate of the value head (the actor's comes from ``model.optimizer``).
     """
 
-    def __init__(self, value_coef: float = 0.5, value_clip: float = 0.2, lr: float = 1e-4):
+    def __init__(self, value_coef: NonNegativeFloat = 0.5, value_clip: PositiveFloat = 0.2, lr: PositiveFloat = 1e-4):
         super().__init__()
         if value_coef < 0 or value_clip <= 0 or lr <= 0:
             raise ValueError(f"model.critic needs value_coef >= 0, value_clip > 0 and lr > 0 (got {value_coef}, {value_clip}, {lr})")

@@ -27,6 +27,7 @@ from paw_lightning.objectives.advantages import (
     grpo_advantages,
 )
 from paw_lightning.objectives.types import StepInfo
+from paw_lightning.ranges import ClosedUnitInterval, NonNegativeFloat, UnitIntervalOpenClosed
 
 StepNorm = Literal["mean_std_norm", "mean_norm"]
 AnchorMatch = Literal["exact", "similarity"]
@@ -185,13 +186,13 @@ class GiGPO(AdvantageEstimator):
 
     def __init__(
         self,
-        omega: float = 1.0,
-        gamma: float = 0.95,
+        omega: NonNegativeFloat = 1.0,
+        gamma: ClosedUnitInterval = 0.95,
         step_norm: StepNorm = "mean_std_norm",
         episode_norm_by_std: bool = True,
         anchor_match: AnchorMatch = "exact",
-        similarity_threshold: float = 0.95,
-        eps: float = 1e-6,
+        similarity_threshold: UnitIntervalOpenClosed = 0.95,
+        eps: NonNegativeFloat = 1e-6,
         episode_level: Level = "trajectory",
         penalty_mode: PenaltyMode = "in_reward",
     ) -> None:

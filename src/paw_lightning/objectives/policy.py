@@ -30,6 +30,7 @@ import torch
 from paw_lightning.objectives.advantages import GRPO, AdvantageEstimator
 from paw_lightning.objectives.aggregation import Aggregation, aggregate, aggregation_units, canonical
 from paw_lightning.objectives.types import LossOutput, StepInfo
+from paw_lightning.ranges import AboveOne, ClosedUnitInterval, NonNegativeFloat, NonPositiveFloat, PositiveInt
 
 KLEstimator = Literal["k1", "k2", "k3"]
 ImportanceSampling = Literal["token", "sequence"]
@@ -84,16 +85,16 @@ class PolicyObjective:
     def __init__(
         self,
         advantage: AdvantageEstimator | None = None,
-        clip_low: float = 0.2,
-        clip_high: float = 0.2,
-        kl_coef: float = 0.01,
+        clip_low: ClosedUnitInterval = 0.2,
+        clip_high: NonNegativeFloat = 0.2,
+        kl_coef: NonNegativeFloat = 0.01,
         kl_estimator: KLEstimator = "k3",
-        entropy_coef: float = 0.0,
+        entropy_coef: NonNegativeFloat = 0.0,
         aggregation: Aggregation = "token-mean",
-        invalid_advantage: float | None = None,
-        loss_norm_tokens: int | None = None,
+        invalid_advantage: NonPositiveFloat | None = None,
+        loss_norm_tokens: PositiveInt | None = None,
         importance_sampling: ImportanceSampling = "token",
-        clip_ratio_c: float | None = None,
+        clip_ratio_c: AboveOne | None = None,
     ) -> None:
         """
         Args:

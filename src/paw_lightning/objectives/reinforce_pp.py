@@ -17,6 +17,7 @@ import torch
 
 from paw_lightning.objectives.advantages import AdvantageEstimator, Level, grpo_advantages
 from paw_lightning.objectives.types import StepInfo
+from paw_lightning.ranges import NonNegativeFloat
 from paw_lightning.scale import distributed
 
 
@@ -35,7 +36,7 @@ class ReinforcePlusPlus(AdvantageEstimator):
     """REINFORCE++: the return whitened over the whole update (all ranks); with ``baseline`` the
     group mean is subtracted first (REINFORCE++-baseline)."""
 
-    def __init__(self, baseline: bool = False, level: Level = "trajectory", eps: float = 1e-6) -> None:
+    def __init__(self, baseline: bool = False, level: Level = "trajectory", eps: NonNegativeFloat = 1e-6) -> None:
         """
         Args:
             baseline: subtract the task group's mean return first (REINFORCE++-baseline).

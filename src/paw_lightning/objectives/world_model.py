@@ -15,6 +15,7 @@ import torch
 from paw_lightning.objectives.balancing import LossBalancer, RewardAdaptiveLambda
 from paw_lightning.objectives.selection import EntropyEstimator, select_global_top_alpha
 from paw_lightning.objectives.types import LossOutput
+from paw_lightning.ranges import UnitIntervalOpenClosed
 
 
 class WorldModelObjective:
@@ -33,7 +34,7 @@ class WorldModelObjective:
     transitions of the batch), ``wm/lambda_mean`` (mean λ over the batch's groups).
     """
 
-    def __init__(self, alpha: float = 0.75, entropy: EntropyEstimator = "full", balancer: LossBalancer | None = None):
+    def __init__(self, alpha: UnitIntervalOpenClosed = 0.75, entropy: EntropyEstimator = "full", balancer: LossBalancer | None = None):
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"world-model alpha must be in (0, 1] (got {alpha})")
         if entropy not in ("full", "sampled"):
@@ -138,7 +139,7 @@ class ClippedMAE(WorldModelObjective):
         alpha, entropy, balancer: the selection and λ_g, as in :class:`WorldModelObjective`.
     """
 
-    def __init__(self, rho: float = 0.2, alpha: float = 0.75, entropy: EntropyEstimator = "full", balancer: LossBalancer | None = None):
+    def __init__(self, rho: UnitIntervalOpenClosed = 0.2, alpha: UnitIntervalOpenClosed = 0.75, entropy: EntropyEstimator = "full", balancer: LossBalancer | None = None):
         super().__init__(alpha=alpha, entropy=entropy, balancer=balancer)
         if not 0.0 < rho <= 1.0:
             raise ValueError(f"clipped-MAE rho must be in (0, 1] (got {rho})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paw_lightning.rollout.collector import Trajectory
+from paw_lightning.rollout.dream.measures import DreamRecords
 from paw_lightning.rollout.samples import RolloutBuffer
 
 
@@ -29,6 +30,8 @@ class PlayedEpisodes:
     plan: for ``val`` / ``test``, what was played (:func:`paw_lightning.evaluation.eval_plan`).
     metrics: how the training episodes were played, the same value on every rank (dynamic
         sampling's ``rollout/kept_group_fraction``, …), logged as ``train/<key>``; empty by default.
+    dream: for ``val`` / ``test`` with ``data.evaluation.dream`` on, this rank's dream evaluation
+        (:mod:`paw_lightning.rollout.dream`) beside the episodes; ``None`` otherwise.
     """
 
     split: str
@@ -41,3 +44,4 @@ class PlayedEpisodes:
     max_return: float | None = None
     plan: dict = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    dream: DreamRecords | None = None
