@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import time
 
 import pytest
 
 from paw_lightning.cli import main
 
-from fuzz_files import file_cases
+from fuzz_files import FIXTURES, env_data_cases, file_cases
 from fuzz_schema import Case, as_parsed, cases, runs_in, shared_parser
 from helpers import tiny_args
 
@@ -86,6 +87,49 @@ def test_a_fixed_sample_of_the_campaign(generated, tiny_model_dir, tmp_path, mon
     chosen = random.Random(0).sample(values, 40) + random.Random(0).sample(files, 10)
     failures = run_cases(chosen, tiny_model_dir, tmp_path, capsys)
     assert not failures, report(failures, chosen)
+
+
+def test_a_sample_of_each_environments_damaged_data(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """Four cases of each environment's data (ALFWorld games, WebShop files, RWML triplets); the
+    whole campaign runs all of them."""
+    monkeypatch.chdir(tmp_path)
+    every = env_data_cases(tmp_path / "bad", random.Random(0))
+    chosen = [case for env in ("alfworld", "webshop", "world_model")
+              for case in random.Random(0).sample([c for c in every if c.args[0] == f"--data.env={env}"], 4)]
+    failures = run_cases(chosen, tiny_model_dir, tmp_path, capsys)
+    assert not failures, report(failures, chosen)
+
+
+def test_valid_environment_data_passes_the_checks(tmp_path, monkeypatch):
+    """The checks of the environments' data refuse only bad data: the fixtures in the official
+    layouts, triplets as RWMLData writes them, and triplets RWMLData is about to collect pass."""
+    from jsonargparse import Namespace
+
+    from paw_lightning.cli_checks import check_input_files
+    from paw_lightning.envs.world_model import Triplet, write_triplets
+
+    def config(env, kwargs, evaluation=None, rwml=None):
+        return Namespace(model=Namespace(init_weights=None), stages=Namespace(rwml=rwml), ckpt_path=None,
+                         data=Namespace(env=env, env_kwargs=kwargs, evaluation=Namespace(env_kwargs=evaluation)))
+
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)
+    check_input_files(config("alfworld", {"data_path": str(FIXTURES / "alfworld")}, {"split": "eval_in_distribution"}))
+    check_input_files(config("alfworld", {"data_path": str(tmp_path), "source": "generated"}))
+    check_input_files(config("webshop", {"data_path": str(FIXTURES / "webshop")}, {"split": "eval"}))
+    write_triplets(tmp_path / "triplets" / "train.jsonl", [Triplet("t", "o", "a", "n", [("o0", "a0")])] * 3)
+    check_input_files(config("world_model", {"directory": str(tmp_path / "triplets")}, {"split": "eval"}))  # eval.jsonl: read when validating
+    check_input_files(config("paw_lightning.envs.world_model.WorldModelEnv", {"directory": str(tmp_path / "triplets")}))
+    check_input_files(config("world_model", {"directory": str(tmp_path / "later")}, rwml={"class_path": "paw_lightning.callbacks.RWMLData"}))
+    (tmp_path / "triplets" / "train.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError, match="data.env_kwargs.directory: .*train.jsonl' line 1 is not a triplet: it lacks task"):
+        check_input_files(config("paw_lightning.envs.world_model.WorldModelEnv", {"directory": str(tmp_path / "triplets")}))
+    bad = tmp_path / "webshop"
+    shutil.copytree(FIXTURES / "webshop", bad)
+    (bad / "reviews.json").write_text("[")
+    monkeypatch.setenv("WEBSHOP_DATA", str(bad))  # what the environment reads without data_path
+    with pytest.raises(ValueError, match=r"^\$WEBSHOP_DATA \(data.env_kwargs.data_path unset\): .*reviews.json' is not valid JSON at line 1"):
+        check_input_files(config("webshop", {}))
 
 
 @pytest.mark.slow  # every generated case (~0.15 s each)

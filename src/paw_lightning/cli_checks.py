@@ -8,7 +8,9 @@ The parser checks each key against its type; our own classes declare their range
   small parser of their own, so that the error names the key before Lightning builds anything;
 - :func:`check_finite`: no NaN or ±inf anywhere in the config;
 - :func:`check_config_files`, :func:`check_checkpoint`, :func:`check_input_files`: files that
-  are missing, empty, truncated, of another kind or unreadable, named in one line;
+  are missing, empty, truncated, of another kind or unreadable, named in one line; with
+  :func:`check_env_data`, what ALFWorld, WebShop and RWML's world-model task read from their
+  data paths (damaged JSON, missing fields, a folder where a file belongs and the reverse);
 - :func:`one_line`: a parser error as ``key = value: must be …``.
 
 Every check raises ``ValueError`` (``FileNotFoundError`` for a missing file, or the parser's
@@ -18,6 +20,7 @@ code 2.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -168,31 +171,218 @@ def check_checkpoint(path: str, key: str, resume: bool) -> dict:
     return content
 
 
-PATH_KWARGS = {"questions_path": "file", "corpus_path": "file", "data_path": "directory"}  # environments' data files (envs/*)
+PATH_KWARGS = {"questions_path": "file", "corpus_path": "file", "data_path": "directory", "directory": "directory"}  # environments' data files (envs/*)
+FULL_PARSE_BYTES = 64 * 2**20  # a JSON data file up to this size is parsed whole (the environment reads it whole anyway); a larger one: its ends
 
 
 def check_input_files(config: Namespace) -> None:
     """``model.init_weights`` and the data paths of ``data.env_kwargs`` /
-    ``data.evaluation.env_kwargs`` (:data:`PATH_KWARGS`), before any environment or model is built."""
+    ``data.evaluation.env_kwargs`` (:data:`PATH_KWARGS`), before any environment or model is
+    built; then what the environment ``data.env`` reads there (:func:`check_env_data`)."""
     weights = _get(config, "model.init_weights")
     if weights is not None:
         check_checkpoint(weights, "model.init_weights", resume=False)
+    env = _get(config, "data.env")
+    base = dict(_get(config, "data.env_kwargs") or {})
     for section in ("data.env_kwargs", "data.evaluation.env_kwargs"):
-        kwargs = _get(config, section) or {}
+        kwargs = dict(_get(config, section) or {})
         for name, kind in PATH_KWARGS.items():
             values = kwargs.get(name)
             for value in values if isinstance(values, list) else [values]:
-                if value is None:
+                if value is None or (name == "directory" and env != "world_model"):
                     continue
                 key = f"{section}.{name}"
                 if not isinstance(value, str) or not value:
                     raise ValueError(f"{key} = {value!r}: must be the path of a {kind}")
                 path = os.path.expandvars(value)  # the environments expand $VARIABLES too
                 if kind == "directory":
-                    if not Path(path).expanduser().is_dir():
-                        raise ValueError(f"{key} '{value}': no such directory")
+                    _directory(path, key, must_exist=name != "directory")  # world_model: RWMLData may create it
                 else:
                     _text_file(path, key)
+        if section == "data.env_kwargs" or kwargs:  # the evaluation's environment: data.env_kwargs updated by its own
+            merged = {**base, **kwargs} if section != "data.env_kwargs" else base
+            check_env_data(env, merged, lambda name: f"{section if name in kwargs else 'data.env_kwargs'}.{name}",
+                           collecting=_get(config, "stages.rwml") is not None and not _get(config, "ckpt_path"),
+                           evaluation=section != "data.env_kwargs")
+
+
+def _directory(path: str, key: str, must_exist: bool = True) -> Path:
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{key} '{path}' is a file, not a directory")
+    if must_exist and not folder.is_dir():
+        raise ValueError(f"{key} '{path}': no such directory")
+    return folder
+
+
+# ------------------------------------------------------------------- environments' data
+def check_env_data(env: Any, kwargs: dict, key_of, collecting: bool = False, evaluation: bool = False) -> None:
+    """What environment ``env`` (a registry name) will read from ``kwargs``' paths, read as it
+    will and checked for the fields it takes, so that a damaged file fails in one line naming
+    its key (``key_of(name)``) and the file, before the model loads:
+
+    - ``alfworld`` (``data_path``, unless ``source: generated``): an official ``json_2.1.1`` tree;
+      every game folder of the split (``traj_data.json`` with a ``task_type``, ``game.tw-pddl``
+      with its PDDL and grammar), read by the environment's own loader (cached: read once);
+    - ``webshop`` (``data_path``, unless ``source: generated``): the files ``find_files`` picks,
+      each valid JSON of the kind WebShop reads (products: a list of records with their fields;
+      attributes and instructions: mappings by asin; reviews: a list);
+    - ``world_model`` (``directory``): ``<directory>/<split>.jsonl``, one triplet a line with its
+      five fields; missing only if the RWMLData stage (``stages.rwml``) will collect it in this
+      fit (``collecting``: then it is not read either) or for the evaluation's split.
+    """
+    if isinstance(env, str) and "." in env:  # the registry's own dotted path names the same environment
+        from paw_lightning.envs.registry import ENV_REGISTRY
+
+        env = next((name for name, target in ENV_REGISTRY.items() if target == env), env)
+    if env in ("alfworld", "webshop") and kwargs.get("source", "auto") != "generated":
+        variable = "ALFWORLD_DATA" if env == "alfworld" else "WEBSHOP_DATA"
+        path, key = kwargs.get("data_path"), key_of("data_path")
+        if path is None and os.path.isdir(os.path.expanduser(os.path.expandvars(os.environ.get(variable) or "/nonexistent"))):
+            path, key = os.environ[variable], f"${variable} (data.env_kwargs.data_path unset)"  # what the environment reads then
+        if not isinstance(path, str) or not path:
+            return
+        if env == "webshop":
+            _check_webshop(os.path.expanduser(os.path.expandvars(path)), key)
+        else:
+            _check_alfworld(path, kwargs, key, explicit=not key.startswith("$"))
+    elif env == "world_model" and isinstance(kwargs.get("directory"), str) and not collecting:
+        split = kwargs.get("split", "train")
+        if not isinstance(split, str):
+            return  # the environment names a bad split itself
+        file = Path(os.path.expandvars(kwargs["directory"])).expanduser() / f"{split}.jsonl"
+        if os.path.lexists(file) or not evaluation:
+            _check_triplets(file, key_of("directory"))
+
+
+def _check_alfworld(path: str, kwargs: dict, key: str, explicit: bool = True) -> None:
+    from paw_lightning.envs.alfworld.env import SPLITS, TASK_TYPES, find_official_root, official_games
+
+    root = find_official_root(path)
+    if root is None and not explicit:
+        return  # $ALFWORLD_DATA without a tree: source auto plays generated games
+    if root is None:
+        raise ValueError(f"{key} '{path}' holds no official ALFWorld tree: it needs json_2.1.1/<{'|'.join(SPLITS.values())}>/<task>/<trial>/"
+                         "(traj_data.json, game.tw-pddl) (source: generated plays generated games)")
+    split, task_types = kwargs.get("split", "train"), kwargs.get("task_types")
+    if split not in SPLITS or (task_types is not None and (not task_types or set(task_types) - set(TASK_TYPES))):
+        return  # the environment names a bad split or task type itself
+    try:
+        games = official_games(root, split, tuple(task_types) if task_types is not None else TASK_TYPES)
+    except ValueError as err:  # a damaged game file, named by the loader
+        raise ValueError(f"{key}: {err}") from None
+    if not games:
+        raise ValueError(f"{key}: no playable ALFWorld games{' of types ' + ', '.join(task_types) if task_types else ''} in "
+                         f"'{os.path.join(root, SPLITS[split])}' (a game is a folder with traj_data.json and game.tw-pddl)")
+
+
+# the fields WebShop reads of the first record of each file (envs/webshop/data.py)
+WEBSHOP_PRODUCT_FIELDS = ("asin", "category", "query", "name", "product_category", "small_description", "full_description")
+WEBSHOP_INSTRUCTION_FIELDS = ("instruction", "instruction_attributes", "instruction_options")
+
+
+def _check_webshop(data_dir: str, key: str) -> None:
+    from paw_lightning.envs.webshop.data import find_files
+
+    try:
+        files = find_files(data_dir)
+    except ValueError as err:
+        raise ValueError(f"{key}: {err}") from None
+    products = _json_file(files["products"], key, list)
+    if products and not _has_fields(products[0], WEBSHOP_PRODUCT_FIELDS):
+        raise ValueError(f"{key}: '{files['products']}' must hold a list of product records with {', '.join(WEBSHOP_PRODUCT_FIELDS)}; "
+                         f"its first is {_shape(products[0])}")
+    attributes = _json_file(files["attributes"], key, dict)
+    first = next(iter(attributes.values()), {}) if attributes else {}
+    if not isinstance(first, dict):
+        raise ValueError(f"{key}: '{files['attributes']}' must map each asin to a record of attributes; its first is {_shape(first)}")
+    instructions = _json_file(files["instructions"], key, dict)
+    first = next(iter(instructions.values()), []) if instructions else []
+    if not isinstance(first, list) or (first and not _has_fields(first[0], WEBSHOP_INSTRUCTION_FIELDS)):
+        raise ValueError(f"{key}: '{files['instructions']}' must map each asin to a list of instruction records with "
+                         f"{', '.join(WEBSHOP_INSTRUCTION_FIELDS)}; its first is {_shape(first)}")
+    if files["reviews"] is not None:
+        reviews = _json_file(files["reviews"], key, list)
+        if reviews and not _has_fields(reviews[0], ("asin", "reviews")):
+            raise ValueError(f"{key}: '{files['reviews']}' must hold a list of records with asin and reviews; its first is {_shape(reviews[0])}")
+
+
+def _check_triplets(file: Path, key: str) -> None:
+    """``<directory>/<split>.jsonl`` as ``read_triplets`` reads it (every line, when it is not huge)."""
+    from paw_lightning.envs.world_model import Triplet
+
+    fields = tuple(Triplet.__dataclass_fields__)
+    if not os.path.lexists(file):
+        raise FileNotFoundError(f"{key}: no world-model triplets at '{file}': the RWMLData stage collects them in a fit "
+                                "(stages.rwml: configs/methods/rwml.yaml sets it), or point it at an earlier run's triplets")
+    _readable_file(str(file), key)
+    with file.open("rb") as handle:
+        content = handle.read(FULL_PARSE_BYTES)
+    text = _utf8(content, str(file), key, cut=file.stat().st_size > FULL_PARSE_BYTES)
+    lines = text.splitlines()
+    if file.stat().st_size > FULL_PARSE_BYTES:
+        lines = lines[:-1]  # the last line read may be cut at the limit
+    for number, line in enumerate(lines, 1):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            cut = " (a file cut short?)" if number == len(lines) and line.strip() else ""
+            raise ValueError(f"{key}: '{file}' line {number} is not a triplet: not valid JSON, column {err.colno}: {err.msg}{cut}") from None
+        if not isinstance(item, dict):
+            raise ValueError(f"{key}: '{file}' line {number} is not a triplet: it must be a JSON object with {', '.join(fields)}, not {_shape(item)}")
+        lacking = [name for name in fields if name not in item]
+        wrong = [name for name in fields if name in item and not isinstance(item[name], list if name == "history" else str)]
+        if lacking or wrong:
+            reason = f"it lacks {', '.join(lacking)}" if lacking else \
+                f"{wrong[0]} must be {'a list of [observation, action] pairs' if wrong[0] == 'history' else 'a string'}, not {_shape(item[wrong[0]])}"
+            raise ValueError(f"{key}: '{file}' line {number} is not a triplet: {reason}")
+    if not any(line.strip() for line in lines):
+        raise ValueError(f"{key}: '{file}' holds no triplets")
+
+
+def _json_file(path: str, key: str, kind: type):
+    """The content of a JSON data file of ``kind`` (whole if not over :data:`FULL_PARSE_BYTES`;
+    else ``kind()`` after checking that it opens and closes as one), or a ``ValueError`` naming
+    the file and where it breaks."""
+    file = _readable_file(path, key)
+    size = file.stat().st_size
+    opens, closes = ("[", "]") if kind is list else ("{", "}")
+    if size > FULL_PARSE_BYTES:  # the ends only: a truncated file does not close
+        with file.open("rb") as handle:
+            head = handle.read(4096)
+            handle.seek(max(0, size - 4096))
+            tail = handle.read()
+        if not head.lstrip().startswith(opens.encode()) or not tail.rstrip().endswith(closes.encode()):
+            raise ValueError(f"{key}: '{path}' is not a JSON {_KINDS[kind.__name__][2:]} (it must start with {opens} and end with {closes}: a file cut short?)")
+        return kind()
+    text = _utf8(file.read_bytes(), path, key)
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{key}: '{path}' is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(content, kind):
+        raise ValueError(f"{key}: '{path}' must hold a JSON {_KINDS[kind.__name__][2:]}, not {_shape(content)}")
+    return content
+
+
+def _utf8(content: bytes, path: str, key: str, cut: bool = False) -> str:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if cut and err.start >= len(content) - 4:
+            return content[:err.start].decode("utf-8")
+        raise ValueError(f"{key}: '{path}' is not text: byte {err.start} is not UTF-8") from None
+
+
+def _has_fields(record, fields: tuple[str, ...]) -> bool:
+    return isinstance(record, dict) and all(name in record for name in fields)
+
+
+def _shape(value) -> str:
+    """A short description of a JSON value: ``a dict with keys a, b``, ``a list``, ``'text'``."""
+    if isinstance(value, dict):
+        return f"a mapping with keys {', '.join(map(str, list(value)[:6])) or '(none)'}"
+    return f"{_KINDS.get(type(value).__name__, type(value).__name__)}{f' ({value!r:.40})' if isinstance(value, (str, int, float)) else ''}"
 
 
 def _text_file(path: str, key: str) -> None:

@@ -27,21 +27,45 @@ def official_games(data_root: str, split: str, task_types: tuple[str, ...]) -> t
     """(game file, task type) of every playable game of ``split`` under ``data_root`` (sorted)."""
     split_root = os.path.join(data_root, SPLITS[split])
     games = []
-    for root, _dirs, files in sorted(os.walk(split_root)):
-        if "traj_data.json" not in files or "movable" in root or "Sliced" in root:
+    for root, dirs, files in sorted(os.walk(split_root)):
+        if "traj_data.json" not in files + dirs or "movable" in root or "Sliced" in root:
             continue
         game_file = os.path.join(root, "game.tw-pddl")
-        if not os.path.exists(game_file):
+        if not os.path.lexists(game_file):
             continue
-        with open(os.path.join(root, "traj_data.json")) as f:
-            task_type = json.load(f)["task_type"]
+        task_type = read_game_json(os.path.join(root, "traj_data.json"), ("task_type",))["task_type"]
         if task_type not in task_types:
             continue
-        with open(game_file) as f:
-            if not json.load(f).get("solvable"):
-                continue
+        if not read_game_json(game_file, GAME_KEYS).get("solvable"):
+            continue
         games.append((game_file, task_type))
     return tuple(sorted(games))
+
+
+GAME_KEYS = ("pddl_domain", "grammar", "pddl_problem")  # what alfworld's engine loads from a game.tw-pddl
+
+
+def read_game_json(path: str, needed: tuple[str, ...]) -> dict:
+    """A game folder's JSON file (``traj_data.json``, ``game.tw-pddl``) as a mapping holding
+    ``needed``; a ``ValueError`` naming the file and what is wrong with it otherwise."""
+    if os.path.isdir(path):
+        raise ValueError(f"'{path}' is a directory, not a file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except OSError as err:
+        raise ValueError(f"'{path}' cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"'{path}' is not text: byte {err.start} is not UTF-8") from None
+    except json.JSONDecodeError as err:
+        reason = "is empty (0 bytes)" if not err.doc else f"is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+        raise ValueError(f"'{path}' {reason}") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"'{path}' must hold a JSON object, not a {type(content).__name__}")
+    lacking = [name for name in needed if not isinstance(content.get(name), str) or not content[name]]
+    if lacking:
+        raise ValueError(f"'{path}' lacks {', '.join(lacking)} (an ALFWorld game folder's {os.path.basename(path)})")
+    return content
 
 
 def find_official_root(data_path: str | None) -> str | None:
