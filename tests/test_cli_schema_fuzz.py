@@ -105,7 +105,7 @@ def test_valid_environment_data_passes_the_checks(tmp_path, monkeypatch):
     layouts, triplets as RWMLData writes them, and triplets RWMLData is about to collect pass."""
     from jsonargparse import Namespace
 
-    from paw_lightning.cli_checks import check_input_files
+    from paw_lightning.input_files import check_input_files
     from paw_lightning.envs.world_model import Triplet, write_triplets
 
     def config(env, kwargs, evaluation=None, rwml=None):

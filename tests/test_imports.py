@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "objectives": 2,  # tensors in, losses out: scale's collectives
     "envs": 3,  # environments: retrieval, embedding, RWML's reward
     "rollout": 4,  # engines, the multi-turn collector, samples: envs, objectives, progress
+    "input_files": 4,  # the CLI's checks of input files: what the environments read, the CLI's checks' helpers
     # what consumes rollouts
     "metrics": 5, "tracking": 5, "demonstrations": 5, "update": 5,
     "evaluation": 6,  # a held-out evaluation: metrics of played episodes

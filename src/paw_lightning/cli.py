@@ -28,7 +28,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from paw_lightning.callbacks import RunSummary
 from paw_lightning.callbacks.stages import STAGES, stage_replacements
-from paw_lightning.cli_checks import check_checkpoint, check_config_files, check_declared_ranges, check_finite, check_input_files, one_line
+from paw_lightning.cli_checks import check_declared_ranges, check_finite, one_line
+from paw_lightning.input_files import check_checkpoint, check_config_files, check_input_files
 from paw_lightning.data import RolloutDataModule
 from paw_lightning.module import DEFAULT_LR, PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
@@ -102,7 +103,7 @@ class PawCLI(LightningCLI):
         """Parse; then (rank 0, also for ``--print_config``) one stderr line per stage that a
         later ``-c`` file changed, replaced or removed (:func:`~paw_lightning.callbacks.stages.stage_replacements`);
         then the checks of :mod:`paw_lightning.cli_checks` (NaN/inf, the declared ranges of
-        Lightning's keys, input files), before the seed is set and anything is built."""
+        Lightning's keys) and :mod:`paw_lightning.input_files`, before the seed is set and anything is built."""
         argv = sys.argv[1:] if args is None else args
         files = _config_files(argv) if isinstance(argv, (list, tuple)) else []
         try:
@@ -134,7 +135,7 @@ class PawCLI(LightningCLI):
         return super()._instantiate_trainer(config, callbacks)
 
     def _parse_ckpt_path(self) -> None:
-        """``--ckpt_path``: opened here (:func:`~paw_lightning.cli_checks.check_checkpoint`, tensors
+        """``--ckpt_path``: opened here (:func:`~paw_lightning.input_files.check_checkpoint`, tensors
         left on disk) before Lightning's own parse would ``torch.load`` a damaged file with a
         traceback; Lightning's step (the model's hyper-parameters, which paw_lightning's
         checkpoints do not hold) runs only for a checkpoint that has them."""
