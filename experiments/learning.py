@@ -241,7 +241,7 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
         rows = [name for name, (m, _) in methods.items() if m == method]
         if len(rows) != 2:
             continue
-        a, b = rows
+        a, b = sorted(rows, key=lambda name: methods[name][1] != "vanilla")  # b − a: the other objective minus vanilla, whatever the store's order
         paired = sorted(set(series[a]) & set(series[b]))
         diffs = []
         for _, key, pct in COLUMNS:
