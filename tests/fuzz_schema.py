@@ -33,7 +33,7 @@ from jsonargparse import ArgumentParser
 from jsonargparse._loaders_dumpers import yaml_load
 from jsonargparse._typehints import ActionTypeHint
 
-from paw_lightning.cli import PawCLI
+from paw_lightning.cli import PawCLI, main
 from paw_lightning.cli_checks import DECLARED_RANGES
 
 from helpers import ROOT
@@ -262,3 +262,17 @@ def runs_in(database) -> int:
         return 0
     with sqlite3.connect(database) as connection:
         return connection.execute("select count(*) from runs where lifecycle_stage = 'active'").fetchone()[0]
+
+
+def invoke(argv: list[str], capsys) -> tuple[object, str, list[str]]:
+    """Run ``main(argv)``: (its exit code, ``None`` if it ran through, or the exception that
+    escaped main's handling as text; its stderr; the stderr's ``error:`` lines)."""
+    try:
+        main(argv)
+        code = None  # it ran: the bad input went unnoticed
+    except SystemExit as done:
+        code = done.code
+    except Exception as err:  # escaped main's handling: a traceback for the user
+        code = f"{type(err).__name__}: {err}"
+    err = capsys.readouterr().err
+    return code, err, [line for line in err.splitlines() if line.startswith("error:")]

@@ -10,9 +10,8 @@ import itertools
 import pytest
 import torch
 
-from paw_lightning.cli import main
 
-from fuzz_schema import runs_in
+from fuzz_schema import invoke, runs_in
 from helpers import tiny_args
 
 pytestmark = pytest.mark.slow  # 200 CLI invocations of fit
@@ -115,15 +114,7 @@ def test_every_bad_invocation_exits_2_with_one_line(tiny_model_dir, tmp_path, mo
     assert len(cases) >= 200, len(cases)
     failures = []
     for extra in cases:
-        try:
-            main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=0"), *extra])
-            code = None  # it ran: the bad input went unnoticed
-        except SystemExit as exit_info:
-            code = exit_info.code
-        except Exception as err:  # escaped main's handling: a traceback for the user
-            code = f"{type(err).__name__}: {err}"
-        err = capsys.readouterr().err
-        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        code, err, errors = invoke(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=0"), *extra], capsys)
         if code != 2 or len(errors) != 1 or "Traceback" in err or runs_in(tmp_path / "mlflow.db"):
             failures.append((extra, code, err[-300:], runs_in(tmp_path / "mlflow.db")))
     assert not failures, f"{len(failures)} of {len(cases)} bad invocations were not one clean error line or left a run:\n" + "\n".join(map(str, failures[:10]))

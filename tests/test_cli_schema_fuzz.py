@@ -21,7 +21,7 @@ import pytest
 from paw_lightning.cli import main
 
 from fuzz_files import FIXTURES, env_data_cases, file_cases
-from fuzz_schema import Case, as_parsed, cases, runs_in, shared_parser
+from fuzz_schema import Case, as_parsed, cases, invoke, runs_in, shared_parser
 from helpers import tiny_args
 
 MIN_CASES = 1000
@@ -40,15 +40,7 @@ def run_cases(chosen: list[Case], model_dir, workdir, capsys) -> list[tuple]:
     failures, before = [], 0
     with shared_parser():
         for case in chosen:
-            try:
-                main([case.subcommand, *tiny_args(model_dir, workdir, "--trainer.max_epochs=0"), *case.args])
-                code = None  # it ran: the bad value went unnoticed
-            except SystemExit as done:
-                code = done.code
-            except Exception as err:  # escaped main's handling: a traceback for the user
-                code = f"{type(err).__name__}: {err}"
-            err = capsys.readouterr().err
-            errors = [line for line in err.splitlines() if line.startswith("error:")]
+            code, err, errors = invoke([case.subcommand, *tiny_args(model_dir, workdir, "--trainer.max_epochs=0"), *case.args], capsys)
             line = errors[0] if errors else ""
             named = case.key in line and (not case.value or _shown(case.value, line)) and ("must" in line or not case.says_allowed)
             runs, checkpoints = runs_in(workdir / "mlflow.db"), sorted((workdir / "runs").rglob("*.ckpt"))
