@@ -29,7 +29,8 @@ from learning import cell
 
 WHOLE = (("success in the model %", "success", True), ("replay success %", "replay_success", True),
          ("first divergence (steps)", "first_divergence", False), ("length", "length", False))
-ONE_STEP = (("wm NLL", "val/wm/nll", False), ("wm token acc %", "val/wm/token_acc", True), ("wm exact %", "val/wm/exact_match", True))
+ONE_STEP = (("wm NLL", "val/wm/nll", False), ("wm token acc %", "val/wm/token_acc", True),
+            ("first-token NLL", "val/wm/first_token_nll", False), ("first-token acc %", "val/wm/first_token_acc", True))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from paw_lightning.cli import main
 from paw_lightning.data import RolloutDataModule, _EvalEpisodes
+from paw_lightning.evaluation import first_token_quality, teacher_forced_quality
 from paw_lightning.metrics import pass_at_k, pass_at_k_metrics
 from paw_lightning.rollout.collector import Trajectory
 
@@ -75,7 +76,8 @@ def test_base_model_validate_and_same_checkpoint_same_results(tiny_model_dir, tm
     assert base_report["stage"] == "validate" and base_report["epoch"] is None and base_report["checkpoint"] is None
     assert base_report["metrics"]["val/episode/episode_length"] == 2.0  # max_steps of the tiny overlay
     for key in ("val/episode/success_rate", "val/episode/return_mean", "val/episode/invalid_rate", "val/episode/pass_at_1",
-                "val/episode/pass_at_2", "val/wm/nll", "val/wm/token_acc", "val/wm/exact_match", "val/wm/cer"):
+                "val/episode/pass_at_2", "val/wm/nll", "val/wm/token_acc", "val/wm/first_token_nll", "val/wm/first_token_acc",
+                "val/wm/exact_match", "val/wm/cer"):
         assert base.data.metrics[key] == pytest.approx(base_report["metrics"][key], abs=1e-6), key
     plan = base_report["eval"]
     assert plan["split"] == "val" and plan["temperature"] == 0.4 and plan["groups"] == 2 and plan["group_size"] == 2
@@ -134,3 +136,14 @@ def test_evaluation_batches_group_samples_by_length():
     padded = sum(len(batch) * max(lengths[i] for i in batch) for batch in batches)
     in_play_order = sum(len(c) * max(lengths[i] for i in c) for c in RolloutDataModule._split(list(range(8)), 3))
     assert (padded, in_play_order) == (3 * 420 + 3 * 880 + 2 * 950, 3 * 900 + 3 * 950 + 2 * 880)
+
+
+def test_teacher_forced_quality_over_all_and_first_observation_tokens():
+    """Two rows; observation tokens at positions 2-4 and 1-2 (the rest is context or padding)."""
+    obs_mask = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.bool)
+    logprobs = torch.tensor([[-9.0, -9.0, -2.0, -0.5, -0.5], [-9.0, -1.0, -0.25, -9.0, -9.0]])
+    correct = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 1, 0, 1]], dtype=torch.bool)
+    nll, acc, n = teacher_forced_quality(logprobs, correct, obs_mask)
+    assert n == 5 and nll == pytest.approx((2 + 0.5 + 0.5 + 1 + 0.25) / 5) and acc == pytest.approx(4 / 5)
+    nll, acc, n = first_token_quality(logprobs, correct, obs_mask)  # positions (0, 2) and (1, 1)
+    assert n == 2 and nll == pytest.approx((2 + 1) / 2) and acc == pytest.approx(1 / 2)

@@ -82,6 +82,15 @@ def teacher_forced_quality(logprobs: torch.Tensor, correct: torch.Tensor, obs_ma
     return -(logprobs * obs_mask).sum() / n, (correct & obs_mask).sum() / n, n
 
 
+def first_token_quality(logprobs: torch.Tensor, correct: torch.Tensor, obs_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`teacher_forced_quality` of each observation's first token only (the first
+    ``obs_mask`` position of a row): whether the model knows how an observation starts. A greedy
+    prediction that misses it runs off in another direction from its first word, however well
+    the rest is predicted after the true first token (docs/reference/dream.md)."""
+    first = obs_mask & ~torch.nn.functional.pad(obs_mask[:, :-1], (1, 0), value=False)
+    return teacher_forced_quality(logprobs, correct, first)
+
+
 @torch.no_grad()
 def predict_observations(lm, tokenizer, buffer: RolloutBuffer, n: int) -> tuple[dict[str, float], dict[int, str]]:
     """Greedy free-running prediction of o_{t+1} from (h_t, a_t) for ``n`` transitions spread

@@ -31,7 +31,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import fully_shard
 
 from paw_lightning.data import RolloutDataModule
-from paw_lightning.evaluation import Evaluation, dream_results, episode_results, predict_observations, teacher_forced_quality
+from paw_lightning.evaluation import Evaluation, dream_results, episode_results, first_token_quality, predict_observations, teacher_forced_quality
 from paw_lightning.metrics import episode_metrics
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, scatter_read
 from paw_lightning.objectives import ClippedMAE, Critic, PolicyObjective, WorldModelObjective
@@ -471,10 +471,13 @@ class PaWModule(LightningModule):
             return predict_observations(self.lm, self.tokenizer, buffer, n)
 
     def _world_model_quality(self, batch: dict, split: str) -> None:
-        """Teacher-forced next-observation NLL per token and token accuracy (:func:`~paw_lightning.evaluation.teacher_forced_quality`)."""
+        """Teacher-forced next-observation NLL per token and token accuracy, over every observation
+        token and over each observation's first (:mod:`paw_lightning.evaluation`)."""
         outputs = self.token_outputs(batch, argmax=True)
         nll, accuracy, n = teacher_forced_quality(outputs["logprobs"], outputs["correct"], batch["obs_mask"])
         self.log_dict({f"{split}/wm/nll": nll, f"{split}/wm/token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
+        nll, accuracy, n = first_token_quality(outputs["logprobs"], outputs["correct"], batch["obs_mask"])
+        self.log_dict({f"{split}/wm/first_token_nll": nll, f"{split}/wm/first_token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
 
     def _log_episode_metrics(self, split: str, metrics: dict[str, float]) -> None:
         if metrics:
