@@ -1,18 +1,20 @@
 """The world model as a simulator, measured on a learning benchmark's weights (docs/reference/dream.md).
 
-For every seed, ``validate`` runs with the dream evaluation on twice per objective's weights:
-the warm-up's (before RL: one run per seed, the same weights for every objective) and each
-objective's ``last.ckpt`` (after the last update), on the benchmark's held-out maps with the
-run's own seed. Then ``<out>/dream/results.md``: k-step fidelity (exact, CER and state match for
+For every seed, ``validate`` runs with the dream evaluation on the warm-up's weights (before RL:
+the same weights for every objective and seed, so ``--warmup-once`` validates them with the
+first seed only) and on each objective's ``last.ckpt`` (after the last update), on the
+benchmark's held-out maps with the run's own seed. Then ``<out>/dream/results.md``: k-step fidelity (exact, CER and state match for
 k = 1 … horizon), success inside the model, replay success and first divergence, with the
-teacher-forced ``val/wm/*`` beside them, mean ± std over seeds::
+teacher-forced ``val/wm/*`` beside them, mean ± std over seeds. A validation whose report is
+already there with the same dream settings is not run again::
 
     python experiments/learning.py --seeds 4 5 6 --out runs/learning-guard -- --model.lm.dtype=float32
     python experiments/dream_checkpoints.py --out runs/learning-guard --seeds 4 5 6 -- --model.lm.dtype=float32
 
 The runs must have finished (``last.ckpt`` beside a ``summary.json``); the warm-up's weights are
-the file ``<out>/warmup.log`` names (run this where the benchmark ran). Arguments after ``--`` go to every ``validate`` (the
-benchmark's own, e.g. ``--model.lm.dtype=float32``). One validation at a time, ``--threads`` torch threads.
+the file ``<out>/warmup.log`` names (run this where the benchmark ran). Arguments after ``--``
+go to every ``validate`` (the benchmark's own, e.g. ``--model.lm.dtype=float32``). One
+validation at a time, ``--threads`` torch threads.
 """
 from __future__ import annotations
 
@@ -46,12 +48,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", type=int, default=32, help="data.evaluation.dream.tasks")
     parser.add_argument("--horizon", type=int, default=4, help="data.evaluation.dream.horizon")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of each validate")
+    parser.add_argument("--warmup-once", action="store_true", help="validate the warm-up's weights (the same for every seed) with the first seed only")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     out = Path(args.out)
     warmup = warmup_weights(out / "warmup.log")
     results: dict[str, list[dict]] = {"warm-up (before RL)": []}
     for seed in args.seeds:
-        results["warm-up (before RL)"].append(validate(args, shared, "warm-up", seed, [f"--model.init_weights={warmup}"], args.objectives[0], out))
+        if seed == args.seeds[0] or not args.warmup_once:
+            results["warm-up (before RL)"].append(validate(args, shared, "warm-up", seed, [f"--model.init_weights={warmup}"], args.objectives[0], out))
         for objective in args.objectives:
             ckpt = last_checkpoint(out / "runs" / f"{args.algorithm}+{objective}" / f"seed{seed}")
             results.setdefault(f"{args.algorithm}+{objective}, after the last update", []).append(
@@ -81,8 +85,13 @@ def last_checkpoint(seed_dir: Path) -> Path:
 
 
 def validate(args, shared: list[str], name: str, seed: int, weights: list[str], objective: str, out: Path) -> dict[str, float]:
-    """One ``validate`` with the dream evaluation; its metrics (the evaluation report's)."""
+    """One ``validate`` with the dream evaluation; its metrics (the evaluation report's). A report
+    left by an earlier invocation with the same dream settings is read instead (resumable)."""
     root = out / "dream" / name / f"seed{seed}"
+    earlier = report(root)
+    if earlier is not None and earlier["eval"].get("dream") == {"horizon": args.horizon, "tasks": args.tasks}:
+        print(f"{name}, seed {seed}: the earlier validation in {root}", flush=True)
+        return earlier["metrics"]
     cmd = [sys.executable, "-m", "paw_lightning", "validate", f"--threads={args.threads}",
            "-c", str(env_config(args.env)), "-c", str(ROOT / "configs/algorithms" / f"{args.algorithm}.yaml"),
            "-c", str(ROOT / "configs/objectives" / f"{objective}.yaml"), "-c", args.overlay, *shared, *weights,
@@ -92,10 +101,16 @@ def validate(args, shared: list[str], name: str, seed: int, weights: list[str], 
     result = subprocess.run(cmd, capture_output=True, text=True)
     root.mkdir(parents=True, exist_ok=True)
     (root / "validate.log").write_text(result.stdout + result.stderr)
-    reports = sorted((root / "eval").glob("val_*.json"), key=os.path.getmtime)
-    if result.returncode != 0 or not reports:
+    written = report(root)
+    if result.returncode != 0 or written is None:
         sys.exit(f"{name}, seed {seed}: validate failed (exit code {result.returncode}); its log: {root / 'validate.log'}\n{result.stderr[-2000:]}")
-    return json.loads(reports[-1].read_text())["metrics"]
+    return written["metrics"]
+
+
+def report(root: Path) -> dict | None:
+    """The newest evaluation report under ``root`` (``None``: none)."""
+    reports = sorted((root / "eval").glob("val_*.json"), key=os.path.getmtime)
+    return json.loads(reports[-1].read_text()) if reports else None
 
 
 def table(results: dict[str, list[dict]], args) -> str:

@@ -2,6 +2,7 @@
 (the validations themselves are the dream evaluation's, tested in test_dream*.py)."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from types import SimpleNamespace
@@ -57,3 +58,15 @@ def test_table_mean_and_std_over_seeds():
     assert cells["success in the model %"] == "25.0 ± 35.4"
     assert cells["wm NLL"] == "0.500 ± 0.141"
     assert cells["replay success %"] == "–"  # not logged by these runs
+
+
+def test_an_earlier_report_with_the_same_dream_settings_is_reused(tmp_path, monkeypatch):
+    root = tmp_path / "dream" / "paw" / "seed4" / "eval"
+    root.mkdir(parents=True)
+    (root / "val_epoch13.json").write_text(json.dumps({"eval": {"dream": {"horizon": 4, "tasks": 32}}, "metrics": {"val/dream/success": 0.25}}))
+    monkeypatch.setattr(dream_checkpoints.subprocess, "run", lambda *a, **k: pytest.fail("validated again"))
+    args = SimpleNamespace(horizon=4, tasks=32, threads=1, env="frozenlake", algorithm="gigpo_verl", overlay="o.yaml")
+    assert dream_checkpoints.validate(args, [], "paw", 4, [], "paw", tmp_path) == {"val/dream/success": 0.25}
+    args.tasks = 8  # other settings: validated again
+    with pytest.raises(pytest.fail.Exception, match="validated again"):
+        dream_checkpoints.validate(args, [], "paw", 4, [], "paw", tmp_path)
