@@ -34,3 +34,21 @@ def test_fit_and_test_log_the_dream_measures(tiny_model_dir, tmp_path):
         report = json.loads(path.read_text())
         assert report["metrics"][f"{split}/dream/replay_success"] == pytest.approx(metrics[f"{split}/dream/replay_success"])
         assert report["eval"]["dream"] == {"horizon": 2, "tasks": 2}
+
+
+def test_the_dream_evaluation_leaves_training_as_it_was(tiny_model_dir, tmp_path):
+    """The tiny config validates after every epoch: the validation after the first update dreams,
+    and the second update after it is the one of a run without the dream (its generation forks
+    the RNG), so every ``train/`` metric (the latest: the second update's) is the same."""
+    logged = []
+    for name, extra in (("plain", []), ("dream", DREAM[:2])):
+        directory = tmp_path / name
+        directory.mkdir()
+        with contextlib.chdir(directory):
+            main(["fit", *tiny_args(tiny_model_dir, directory, "--trainer.max_epochs=2", *extra)])
+        client, (run,) = mlflow_runs(directory)
+        assert ("val/dream/episodes" in run.data.metrics) == bool(extra)
+        logged.append({k: v for k, v in run.data.metrics.items() if k.startswith("train/") and not k.startswith(("train/perf/", "train/memory/"))})
+    plain, dream = logged
+    assert plain and plain.keys() == dream.keys()
+    assert dream == pytest.approx(plain, abs=0.0), {k: (plain[k], dream[k]) for k in plain if plain[k] != dream[k]}
