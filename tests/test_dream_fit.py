@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import mlflow_runs, tiny_args
+from helpers import ROOT, mlflow_runs, tiny_args
 
 from paw_lightning.cli import main
 
@@ -52,3 +52,30 @@ def test_the_dream_evaluation_leaves_training_as_it_was(tiny_model_dir, tmp_path
     plain, dream = logged
     assert plain and plain.keys() == dream.keys()
     assert dream == pytest.approx(plain, abs=0.0), {k: (plain[k], dream[k]) for k in plain if plain[k] != dream[k]}
+
+
+@pytest.mark.parametrize("config, extra", [
+    ("configs/alfworld.yaml", []),
+    ("configs/webshop.yaml", ["--data.env_kwargs.cache_dir={cache}", "--data.evaluation.env_kwargs.cache_dir={cache}"]),
+    ("configs/search_qa.yaml", ["--data.env_kwargs.cache_dir={cache}", "--data.evaluation.env_kwargs.cache_dir={cache}"]),
+    ("configs/frozenlake.yaml", ["-c", "configs/sokoban.yaml"]),
+    ("configs/frozenlake.yaml", ["-c", "configs/sudoku.yaml"]),
+])
+def test_every_environment_config_dreams(tiny_model_dir, tmp_path, monkeypatch, config, extra):
+    """``data.evaluation.dream`` on in each environment's config: a validation logs the dream's
+    replay and divergence (fidelity too where the tiny model's held-out episodes have world-model
+    targets: its search-QA actions are all invalid, and an invalid action has none); success
+    inside the model only where the environment judges (not ALFWorld, WebShop or search QA)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WEBSHOP_DATA", raising=False)
+    extra = [str(ROOT / a) if a.startswith("configs/") else a.format(cache=tmp_path / "cache") for a in extra]
+    main(["validate", *tiny_args(tiny_model_dir, tmp_path, *extra, "--data.evaluation.dream.tasks=1", "--data.evaluation.dream.horizon=2",
+                                 "--data.evaluation.groups=1", "--trainer.logger.init_args.experiment_name=dream", config=config)])
+    _, (run,) = mlflow_runs(tmp_path, experiment="dream")
+    metrics = run.data.metrics
+    for key in ("replay_success", "first_divergence", "never_diverged", "episodes", "judged", "length"):
+        assert f"val/dream/{key}" in metrics, (config, extra, key, sorted(metrics))
+    if "search_qa" not in config:
+        assert "val/dream/exact_at_1" in metrics and "val/dream/cer_at_1" in metrics, (config, extra)
+    judged = metrics["val/dream/judged"] == 1.0
+    assert judged == ("sokoban" in str(extra) or "sudoku" in str(extra)) and (("val/dream/success" in metrics) == judged)
