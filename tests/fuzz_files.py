@@ -8,6 +8,7 @@ small valid layout, and a file where a folder is expected (and the reverse). Unr
 ``chmod 000`` file). Each returns ``Case``s: the error line must name the key and the file."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -122,22 +123,32 @@ def _parses(content: bytes) -> bool:
     return True
 
 
+def _data_path_case(env: str, data_path: Path, value: Path) -> Case:
+    """``--data.env=<env>`` with ``data_path`` as its data folder; the error names ``value``."""
+    return Case((f"--data.env={env}", f"--data.env_kwargs={{data_path: '{data_path}'}}"), "data.env_kwargs.data_path", str(value), says_allowed=False)
+
+
+def _damaged_data_copies(env: str, source: Path, relative: Path, wrong: dict, folder: Path, rng: random.Random) -> list[Case]:
+    """For each file ``name`` of ``wrong`` and each of its :func:`_variants`: a copy of ``source``
+    at ``<folder>/<variant>/<relative>`` with that file replaced, as ``env``'s data path."""
+    cases = []
+    for name, wrong_content in wrong.items():
+        for variant, content in _variants((source / name).read_bytes(), folder, name, rng, wrong_content).items():
+            root = folder / variant
+            shutil.copytree(source, root / relative)
+            _place(content, root / relative / name)
+            cases.append(_data_path_case(env, root, root / relative / name))
+    return cases
+
+
 def _alfworld_cases(folder: Path, rng: random.Random) -> list[Case]:
     game = next((FIXTURES / "alfworld" / "json_2.1.1" / "train").glob("*/*/game.tw-pddl")).parent
     relative = game.relative_to(FIXTURES / "alfworld")
     wrong = {"traj_data.json": {"list": b'["pick_and_place_simple"]', "no_task_type": b'{"scene": {"floor_plan": "FloorPlan1"}}'},
              "game.tw-pddl": {"list": b'[{"solvable": true}]', "no_grammar": json.dumps({"pddl_domain": "(define)", "pddl_problem": "(define)", "solvable": True}).encode()}}
 
-    def case(data_path: Path, value: Path) -> Case:
-        return Case(("--data.env=alfworld", f"--data.env_kwargs={{data_path: '{data_path}'}}"), "data.env_kwargs.data_path", str(value), says_allowed=False)
-
-    cases = []
-    for name, wrong_content in wrong.items():
-        for variant, content in _variants((game / name).read_bytes(), folder, name, rng, wrong_content).items():
-            root = folder / variant
-            shutil.copytree(game, root / relative)
-            _place(content, root / relative / name)
-            cases.append(case(root, root / relative / name))
+    case = functools.partial(_data_path_case, "alfworld")
+    cases = _damaged_data_copies("alfworld", game, relative, wrong, folder, rng)
     empty_split = folder / "no-games" / "json_2.1.1" / "train"
     (empty_split / "some-task" / "trial_0").mkdir(parents=True)  # a game folder without its files
     not_a_tree = folder / "not-a-tree"
@@ -157,16 +168,8 @@ def _webshop_cases(folder: Path, rng: random.Random) -> list[Case]:
              "items_human_ins.json": {"list": b'[{"instruction": "i need a deodorant"}]', "not_records": b'{"B000000001": [{"text": "a deodorant"}]}'},
              "reviews.json": {"mapping": b'{"B000000001": []}', "no_fields": b'[{"stars": 5}]'}}
 
-    def case(data_path: Path, value: Path) -> Case:
-        return Case(("--data.env=webshop", f"--data.env_kwargs={{data_path: '{data_path}'}}"), "data.env_kwargs.data_path", str(value), says_allowed=False)
-
-    cases = []
-    for name, wrong_content in wrong.items():
-        for variant, content in _variants((source / name).read_bytes(), folder, name, rng, wrong_content).items():
-            copy = folder / variant
-            shutil.copytree(source, copy)
-            _place(content, copy / name)
-            cases.append(case(copy, copy / name))
+    case = functools.partial(_data_path_case, "webshop")
+    cases = _damaged_data_copies("webshop", source, Path("."), wrong, folder, rng)
     lacking = folder / "no-instructions"
     shutil.copytree(source, lacking)
     (lacking / "items_human_ins.json").unlink()
