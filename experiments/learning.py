@@ -24,7 +24,10 @@ One command, from a fresh clone, on a 2-core CPU (about 80 minutes with ``--jobs
 ``--report-only`` rebuilds the table and the plot from the MLflow store of an earlier
 invocation (its runs in ``--experiment``). Arguments after ``--`` go to every run, e.g.
 ``-- --trainer.max_epochs=30``. Runs are named ``[<method>+]<algorithm>+<objective>/seed<seed>``.
-``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
+``--algorithms dapo grpo --objectives vanilla`` compares algorithms: every algorithm's runs are
+rows of the same table (each with its own lift; the paired difference is taken within an
+algorithm), and the diagnostics include dynamic sampling's kept share of task groups and its extra
+rollout rounds. ``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
 the same experiment and report. ``-- --data.evaluation.dream.tasks=32 --data.evaluation.dream.horizon=4``
 adds the dream evaluation to every validation and a table of its measures to the report
 (docs/reference/dream.md).
@@ -65,7 +68,9 @@ DIAGNOSTICS = [  # (header, ending in % if shown in %; train metric keys (summed
     ("response-token entropy (nats), first → last update", ["train/policy/entropy"], "first_last"),
     ("updates with a non-zero advantage %", lambda client, run: nonzero_advantage_updates(client, run), "mean"),  # 0/1 per update: the mean is the share
     ("clip fraction (mean over updates) %", ["train/policy/clip_frac"], "mean"),
-    ("seconds per RL iteration (median)", ["train/perf/rollout_s", "train/perf/scoring_s", "train/perf/update_s"], "median"),
+    ("seconds per RL iteration (median)", ["train/perf/rollout_s", "train/perf/scoring_s", "train/perf/update_s"], "median"),  # rollout_s holds dynamic sampling's extra rounds
+    ("task groups kept by dynamic sampling (mean over updates) %", ["train/rollout/kept_group_fraction"], "mean"),
+    ("extra rollout rounds per update (mean)", ["train/rollout/extra_rounds"], "mean"),
 ]
 
 
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="frozenlake", help="environment config (name or path)")
     parser.add_argument("--overlay", default="configs/learning/frozenlake.yaml", help="the benchmark's sizing overlay (last -c)")
-    parser.add_argument("--algorithm", default="gigpo_verl", help="an overlay of configs/algorithms/")
+    parser.add_argument("--algorithms", "--algorithm", nargs="+", default=["gigpo_verl"], help="overlays of configs/algorithms/")
     parser.add_argument("--objectives", nargs="+", default=["vanilla", "paw"])
     parser.add_argument("--methods", nargs="+", default=["none"], choices=METHODS, help="none (RL alone), spa (SPA's SFT stages before RL), rwml (RWML's stage before RL)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -95,10 +100,11 @@ def main(argv: list[str] | None = None) -> None:
         if client.get_experiment_by_name(args.experiment) is None:
             client.create_experiment(args.experiment, tags={EXPERIMENT_KIND: "custom_model_development"})
         start = time.time()
-        warm_up(args, shared, out)  # alone, with every core
+        for algorithm in dict.fromkeys(args.algorithms):  # alone, with every core; one cached warm-up when they share its settings
+            warm_up(args.env, algorithm, shared, out)
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by every run
-        points = [GridPoint(env=args.env, algorithm=args.algorithm, objective=objective, seed=seed, experiment_name=args.experiment, tracking_uri=uri, extra=shared, method=method)
-                  for seed in args.seeds for method in args.methods for objective in args.objectives]  # a seed's runs side by side: the same load
+        points = [GridPoint(env=args.env, algorithm=algorithm, objective=objective, seed=seed, experiment_name=args.experiment, tracking_uri=uri, extra=shared, method=method)
+                  for seed in args.seeds for algorithm in args.algorithms for method in args.methods for objective in args.objectives]  # a seed's runs side by side: the same load
         results = run_points(points, out, args.jobs)
         print("\n" + summary(results) + f"\n\nwall time: {(time.time() - start) / 60:.1f} min\n", flush=True)
         if any(r["status"] != "ok" for r in results):
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     print(report)
 
 
-def warm_up(args, shared: list[str], out: Path) -> None:
+def warm_up(env: str, algorithm: str, shared: list[str], out: Path) -> None:
     """Train (or find cached) the warm-up once, in a fit of zero epochs, before the runs start
     in parallel (two runs starting together would both train it). A method's ablation overlay
     in ``shared`` (``-c configs/methods/spa_sft1.yaml``) is left out: its stages run in the runs."""
@@ -118,7 +124,7 @@ def warm_up(args, shared: list[str], out: Path) -> None:
         else:
             kept.append(arg)
     shared = kept
-    cmd = [sys.executable, "-m", "paw_lightning", "fit", "-c", str(env_config(args.env)), "-c", str(ROOT / "configs/algorithms" / f"{args.algorithm}.yaml"),
+    cmd = [sys.executable, "-m", "paw_lightning", "fit", "-c", str(env_config(env)), "-c", str(ROOT / "configs/algorithms" / f"{algorithm}.yaml"),
            *shared, "--trainer.max_epochs=0", "--trainer.logger=false", "--summary.enabled=false", "--trainer.enable_progress_bar=false",
            f"--trainer.default_root_dir={out / 'warmup'}", "--data.progress=false"]
     cmd.insert(4, f"--threads={os.cpu_count() or 1}")  # every core, whatever else runs: the cached weights do not depend on the load
@@ -208,16 +214,17 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     runs; returns the Markdown."""
     client, runs = analysis.load_runs(uri, experiment)
     by_objective: dict[str, dict[int, object]] = {}  # row name → seed → run
-    methods: dict[str, tuple[str, str]] = {}  # row name → (method, objective)
+    methods: dict[str, tuple[str, str, str]] = {}  # row name → (method, algorithm, objective)
     for run in sorted(runs, key=lambda r: r.info.start_time):  # the latest run of each (row, seed)
         tags = run.data.tags
-        if tags.get("objective_overlay") in args.objectives and tags.get("algorithm_overlay") == args.algorithm:
+        algorithm = tags.get("algorithm_overlay")
+        if tags.get("objective_overlay") in args.objectives and algorithm in args.algorithms:
             method = run_method(tags)
-            name = " + ".join([*([method] if method != "none" else []), args.algorithm, tags["objective_overlay"]])
+            name = " + ".join([*([method] if method != "none" else []), algorithm, tags["objective_overlay"]])
             by_objective.setdefault(name, {})[int(tags["seed"])] = run
-            methods[name] = (method, tags["objective_overlay"])
+            methods[name] = (method, algorithm, tags["objective_overlay"])
     if not by_objective:
-        return f"no finished {args.algorithm} run of {', '.join(args.objectives)} in experiment '{experiment}' ({uri})"
+        return f"no finished {' or '.join(args.algorithms)} run of {', '.join(args.objectives)} in experiment '{experiment}' ({uri})"
     series = {obj: {seed: {key: validation_series(client, run, key) for _, key, _ in COLUMNS} for seed, run in seed_runs.items()}
               for obj, seed_runs in by_objective.items()}
     header = "| | " + " | ".join(h for h, _, _ in COLUMNS) + " | Lift (points) | Seeds |"
@@ -226,10 +233,13 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
     def final(obj, key):
         return [s[key][max(s[key])] for s in series[obj].values() if s[key]]
 
-    for method in dict.fromkeys(m for m, _ in methods.values()):  # one start row per method: its runs share it
-        first = next(name for name, (m, _) in methods.items() if m == method)
-        start_success = [v for v in (s["val/episode/success_rate"].get(0) for s in series[first].values()) if v is not None]
-        warm = [cell([s[key][0] for s in series[first].values() if 0 in s[key]], pct) for _, key, pct in COLUMNS]
+    for method in dict.fromkeys(m for m, _, _ in methods.values()):  # one start row per method: its runs of a seed share it
+        starts: dict[int, dict] = {}  # seed → the series of its first row's run (every algorithm starts from the same weights)
+        for name in (name for name, (m, _, _) in methods.items() if m == method):
+            for seed, s in series[name].items():
+                starts.setdefault(seed, s)
+        start_success = [v for v in (s["val/episode/success_rate"].get(0) for s in starts.values()) if v is not None]
+        warm = [cell([s[key][0] for s in starts.values() if 0 in s[key]], pct) for _, key, pct in COLUMNS]
         label = "warm-up" if method == "none" else f"{method}'s stages"
         lines.append(f"| {label} (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
     for obj in series:
@@ -237,18 +247,20 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
                  for s in series[obj].values() if s["val/episode/success_rate"]]
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
         lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
-    for method in dict.fromkeys(m for m, _ in methods.values()):  # PaW − vanilla within a method
-        rows = [name for name, (m, _) in methods.items() if m == method]
+    several = len({a for _, a, _ in methods.values()}) > 1
+    for method, algorithm in dict.fromkeys((m, a) for m, a, _ in methods.values()):  # PaW − vanilla within a method and an algorithm
+        rows = [name for name, (m, a, _) in methods.items() if (m, a) == (method, algorithm)]
         if len(rows) != 2:
             continue
-        a, b = sorted(rows, key=lambda name: methods[name][1] != "vanilla")  # b − a: the other objective minus vanilla, whatever the store's order
+        a, b = sorted(rows, key=lambda name: methods[name][2] != "vanilla")  # b − a: the other objective minus vanilla, whatever the store's order
         paired = sorted(set(series[a]) & set(series[b]))
         diffs = []
         for _, key, pct in COLUMNS:
             d = [series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])] for s in paired if series[a][s][key] and series[b][s][key]]
             diffs.append(cell(d, pct, signed=True))
-        prefix = "" if method == "none" else f"{method}: "
-        lines.append(f"| {prefix}{methods[b][1]} − {methods[a][1]} (paired by seed) | " + " | ".join(diffs) + f" | | {len(paired)} |")
+        prefix = " + ".join([*([method] if method != "none" else []), *([algorithm] if several else [])])
+        prefix = f"{prefix}: " if prefix else ""
+        lines.append(f"| {prefix}{methods[b][2]} − {methods[a][2]} (paired by seed) | " + " | ".join(diffs) + f" | | {len(paired)} |")
     rollouts = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_SUCCESS)) for seed, run in seed_runs.items()}
                 for obj, seed_runs in by_objective.items()}  # the rollout of epoch e is played after e updates
     lines += ["", "Success of the updates' own rollouts (new maps every update, training temperature), in %:", "",

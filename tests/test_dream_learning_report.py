@@ -42,7 +42,7 @@ def _store(tmp_path, dream: bool) -> str:
 
 
 def test_the_report_adds_the_dream_table_when_runs_logged_it_and_only_then(tmp_path):
-    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithm="gigpo")
+    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithms=["gigpo"])
     (tmp_path / "with").mkdir()
     text = learning.write_report(_store(tmp_path / "with", dream=True), "learning", tmp_path / "with", args)
     table = text.split("The world model as a simulator")[1]

@@ -53,7 +53,7 @@ def store(tmp_path, request):
 
 def test_report_table_and_plot(store):
     uri, out = store
-    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithm="gigpo")
+    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithms=["gigpo"])
     text = learning.write_report(uri, "learning", out, args)
     results, rest = text.split("Success of the updates' own rollouts")
     diagnostics = rest.split("RL diagnostics")[1]
@@ -69,7 +69,7 @@ def test_report_table_and_plot(store):
     assert rows["paw − vanilla (paired by seed)"][0] == "+15.0 ± 7.1"  # per seed +10, +20
     assert rows["paw − vanilla (paired by seed)"][3] == "-0.400 ± 0.000"
     # diagnostics: 4 of 6 updates had a non-zero advantage; median of 30+3e per update = 37.5 s
-    assert diag["gigpo + vanilla"][1:] == ["66.7 ± 0.0", "–", "37.5 ± 0.0"]  # from advantage_std (no zero_advantage_fraction)
+    assert diag["gigpo + vanilla"][1:] == ["66.7 ± 0.0", "–", "37.5 ± 0.0", "–", "–"]  # from advantage_std (no zero_advantage_fraction); no dynamic sampling
     assert diag["gigpo + paw"][1] == "83.3 ± 0.0"  # zero_advantage_fraction < 1 in 5 of 6 updates, where advantage_std says 4
     assert "validation (32 held-out tasks × 1 episode, temperature 1.0) after 6 updates" in text
     # the rollouts' success 0.0, 0.1, …, 0.5 per update: first 0 %, last three 40 %
@@ -89,7 +89,7 @@ def test_a_run_that_ends_below_its_start_is_flagged(tmp_path):
         for epoch, value in ((-1, start), (6, middle), (13, end)):
             client.log_metric(run.info.run_id, "val/episode/success_rate", value, step=epoch)
         client.set_terminated(run.info.run_id)
-    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithm="gigpo"))
+    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithms=["gigpo"]))
     assert "| gigpo + vanilla, seed 0 | 3.1 → 46.9 → 31.2 | – | – |  |" in text  # below its middle, not below its start
     assert "| gigpo + vanilla, seed 1 | 3.1 → 15.6 → 0.0 | – | – | **ends below its start** |" in text
     assert "Runs that end below their own start: gigpo + vanilla, seed 1." in text
@@ -98,7 +98,7 @@ def test_a_run_that_ends_below_its_start_is_flagged(tmp_path):
 def test_report_without_runs_says_so(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.MlflowClient(uri).create_experiment("learning")
-    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithm="gigpo"))
+    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithms=["gigpo"]))
     assert text.startswith("no finished gigpo run of vanilla")
 
 
@@ -113,7 +113,46 @@ def test_a_methods_runs_are_rows_of_their_own(tmp_path):
         for epoch, value in ((-1, start), (5, end)):
             client.log_metric(run.info.run_id, "val/episode/success_rate", value, step=epoch)
         client.set_terminated(run.info.run_id)
-    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithm="gigpo"))
+    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithms=["gigpo"]))
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.split("Success of the updates")[0].splitlines() if line.startswith("| ")}
     assert rows["warm-up (before RL)"] == "10.0" and rows["gigpo + vanilla"] == "40.0"
     assert rows["spa's stages (before RL)"] == "0.0" and rows["spa + gigpo + vanilla"] == "30.0"
+
+
+def test_several_algorithms_are_rows_of_one_table(tmp_path):
+    """``--algorithms gigpo_verl dapo``: each algorithm's runs are rows with their own lift, the
+    start row covers every seed, the paired difference stays within an algorithm, and DAPO's
+    dynamic-sampling diagnostics (kept share of groups, extra rounds) are averaged over updates."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("learning")
+    runs = [  # (algorithm, objective, seed, start, end, kept fraction per update, extra rounds per update)
+        ("gigpo_verl", "vanilla", 0, 0.1, 0.4, None, None),
+        ("gigpo_verl", "paw", 0, 0.1, 0.6, None, None),
+        ("dapo", "vanilla", 0, 0.1, 0.5, [1.0, 0.5], [0.0, 1.0]),
+        ("dapo", "vanilla", 1, 0.3, 0.4, [0.25, 0.25], [3.0, 3.0]),
+    ]
+    for algorithm, objective, seed, start, end, kept, extra in runs:
+        run = client.create_run(exp, run_name=f"{algorithm}+{objective}/seed{seed}",
+                                tags={"objective_overlay": objective, "algorithm_overlay": algorithm, "seed": str(seed)})
+        rid = run.info.run_id
+        for epoch, value in ((-1, start), (1, end)):
+            client.log_metric(rid, "val/episode/success_rate", value, step=epoch)
+        for epoch in range(2):
+            if kept is not None:
+                client.log_metric(rid, "train/rollout/kept_group_fraction", kept[epoch], step=epoch)
+                client.log_metric(rid, "train/rollout/extra_rounds", extra[epoch], step=epoch)
+        client.set_terminated(rid)
+    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithms=["gigpo_verl", "dapo"])
+    text = learning.write_report(uri, "learning", tmp_path, args)
+    results, rest = text.split("Success of the updates' own rollouts")
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in results.splitlines() if line.startswith("| ")}
+    # columns: success %, return, invalid %, WM NLL, WM exact %, lift, seeds
+    assert rows["warm-up (before RL)"][0] == "20.0 ± 14.1" and rows["warm-up (before RL)"][-1] == "2"  # seeds 0 and 1, over both algorithms
+    assert rows["gigpo_verl + vanilla"][0] == "40.0" and rows["gigpo_verl + vanilla"][5] == "+30.0"
+    assert rows["dapo + vanilla"][0] == "45.0 ± 7.1" and rows["dapo + vanilla"][5] == "+25.0 ± 21.2"  # lifts +40 and +10
+    assert rows["gigpo_verl: paw − vanilla (paired by seed)"][0] == "+20.0"
+    assert not any("dapo: paw" in name for name in rows)  # DAPO ran no PaW: nothing to pair
+    diag = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in rest.split("RL diagnostics")[1].splitlines() if line.startswith("| ")}
+    assert diag["dapo + vanilla"][-2:] == ["50.0 ± 35.4", "1.750 ± 1.768"]  # kept 75 % and 25 %; extra rounds 0.5 and 3.0 per update
+    assert diag["gigpo_verl + vanilla"][-2:] == ["–", "–"]
