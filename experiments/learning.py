@@ -273,10 +273,9 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
                for obj, seed_runs in by_objective.items()}
     lines += ["", *per_run_table(series, invalid)]
     updates = max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
-    diag = ["", "RL diagnostics over each run's updates (mean ± std over seeds):", "",
-            "| | " + " | ".join(h for h, _, _ in DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
+    diag_rows = {}
     for obj, seed_runs in by_objective.items():
-        cells = []
+        cells = diag_rows[obj] = []
         for header, keys, how in DIAGNOSTICS:
             values = [reduce_diagnostic(keys(client, run) if callable(keys) else train_series(client, run, keys), how) for run in seed_runs.values()]
             values = [v for v in values if v is not None]
@@ -284,7 +283,10 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
                 cells.append(f"{cell([v[0] for v in values], False)} → {cell([v[1] for v in values], False)}" if values else "–")
             else:
                 cells.append(cell(values, header.endswith("%"), digits=1 if how == "median" else None))
-        diag.append(f"| {obj} | " + " | ".join(cells) + " |")
+    shown = [i for i in range(len(DIAGNOSTICS)) if any(cells[i] != "–" for cells in diag_rows.values())]  # a column no run logged is left out
+    diag = ["", "RL diagnostics over each run's updates (mean ± std over seeds):", "",
+            "| | " + " | ".join(DIAGNOSTICS[i][0] for i in shown) + " |", "|---" * (len(shown) + 1) + "|",
+            *(f"| {obj} | " + " | ".join(cells[i] for i in shown) + " |" for obj, cells in diag_rows.items())]
     plans = sorted({validation_plan(client, run) for seed_runs in by_objective.values() for run in seed_runs.values()} - {None})
     plan = f" ({'; '.join(plans)})" if plans else ""
     text = "\n".join([f"Held-out validation{plan} after {updates} updates (warm-up row: before the first update); "
