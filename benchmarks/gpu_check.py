@@ -138,8 +138,11 @@ def learning_command(plan: Plan, seeds: int) -> list[str]:
 def run_until(command: list[str], seconds: float) -> tuple[str, str]:
     """Run ``command`` for at most ``seconds``: (status, its output). At the limit it gets
     SIGINT (learning.py then stops its runs: they live in process groups of their own), and
-    SIGKILL 30 s later."""
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    SIGKILL 30 s later. The command gets SIGINT's default disposition even when this check runs
+    in the background (``nohup … &`` starts it with SIGINT ignored, which a Python child would
+    inherit and keep: it would then run on to the SIGKILL and leave its runs behind)."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         output, _ = proc.communicate(timeout=seconds)
         return ("ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"), output
