@@ -1,6 +1,7 @@
 """The learning benchmark: does RL make the agent better, and what does PaW add?
 
-One command, from a fresh clone, on a 2-core CPU (about 80 minutes with ``--jobs 2``)::
+One command, from a fresh clone, on a 2-core CPU (80 minutes to 2 h 15 min with ``--jobs 2``, depending on
+the CPU: docs/results/learning.md#runs-of-the-command)::
 
     python experiments/learning.py --jobs 2
 
