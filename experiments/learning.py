@@ -25,10 +25,11 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
 ``--report-only`` rebuilds the table and the plot from the MLflow store of an earlier
 invocation (its runs in ``--experiment``). Arguments after ``--`` go to every run, e.g.
 ``-- --trainer.max_epochs=30``. Runs are named ``[<method>+]<algorithm>+<objective>/seed<seed>``.
-``--algorithms dapo grpo --objectives vanilla`` compares algorithms: every algorithm's runs are
-rows of the same table (each with its own lift; the paired difference is taken within an
-algorithm), and the diagnostics include dynamic sampling's kept share of task groups and its extra
-rollout rounds. ``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
+``--algorithms grpo dapo --objectives vanilla`` compares algorithms: every algorithm's runs are
+rows of the same table (each with its own lift; PaW − vanilla is paired within an algorithm, and
+each algorithm − the first listed within an objective), and the diagnostics include dynamic
+sampling's kept share of task groups and its extra rollout rounds. With ``--report-only``,
+``--seeds`` selects the runs the report covers (default: every finished seed). ``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
 the same experiment and report. ``-- --data.evaluation.dream.tasks=32 --data.evaluation.dream.horizon=4``
 adds the dream evaluation to every validation and a table of its measures to the report
 (docs/reference/dream.md).
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--algorithms", "--algorithm", nargs="+", default=["gigpo_verl"], help="overlays of configs/algorithms/")
     parser.add_argument("--objectives", nargs="+", default=["vanilla", "paw"])
     parser.add_argument("--methods", nargs="+", default=["none"], choices=METHODS, help="none (RL alone), spa (SPA's SFT stages before RL), rwml (RWML's stage before RL)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int, help="seeds to run (default 0 1 2); with --report-only, the seeds to report (default: every finished one)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each with cpu_count // jobs torch threads)")
     parser.add_argument("--out", default="runs/learning", help="MLflow store, run folders, warm-up cache, results.md and the PNG")
     parser.add_argument("--experiment", default="learning")
@@ -105,12 +106,12 @@ def main(argv: list[str] | None = None) -> None:
             warm_up(args.env, algorithm, shared, out)
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by every run
         points = [GridPoint(env=args.env, algorithm=algorithm, objective=objective, seed=seed, experiment_name=args.experiment, tracking_uri=uri, extra=shared, method=method)
-                  for seed in args.seeds for algorithm in args.algorithms for method in args.methods for objective in args.objectives]  # a seed's runs side by side: the same load
+                  for seed in args.seeds or [0, 1, 2] for algorithm in args.algorithms for method in args.methods for objective in args.objectives]  # a seed's runs side by side: the same load
         results = run_points(points, out, args.jobs)
         print("\n" + summary(results) + f"\n\nwall time: {(time.time() - start) / 60:.1f} min\n", flush=True)
         if any(r["status"] != "ok" for r in results):
             print("some runs failed: the report covers the finished ones", file=sys.stderr)
-    report = write_report(uri, args.experiment, out, args)
+    report = write_report(uri, args.experiment, out, args.algorithms, args.objectives, args.seeds if args.report_only else None)
     print(report)
 
 
@@ -210,22 +211,25 @@ def run_method(tags: dict) -> str:
     return parts[0] if len(parts) == 3 and parts[0] in METHODS else "none"
 
 
-def write_report(uri: str, experiment: str, out: Path, args) -> str:
+def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], objectives: list[str], seeds: list[int] | None = None) -> str:
     """``results.md`` and ``learning_curves.png`` in ``out`` from the experiment's finished
-    runs; returns the Markdown."""
+    runs of ``algorithms`` × ``objectives`` (of ``seeds``; ``None``: every seed); returns the
+    Markdown. Differences are paired by seed: PaW − vanilla within an algorithm, and, with
+    several algorithms, each algorithm − the first of ``algorithms`` within an objective."""
     client, runs = analysis.load_runs(uri, experiment)
     by_objective: dict[str, dict[int, object]] = {}  # row name → seed → run
     methods: dict[str, tuple[str, str, str]] = {}  # row name → (method, algorithm, objective)
     for run in sorted(runs, key=lambda r: r.info.start_time):  # the latest run of each (row, seed)
         tags = run.data.tags
         algorithm = tags.get("algorithm_overlay")
-        if tags.get("objective_overlay") in args.objectives and algorithm in args.algorithms:
+        if tags.get("objective_overlay") in objectives and algorithm in algorithms and (seeds is None or int(tags["seed"]) in seeds):
             method = run_method(tags)
             name = " + ".join([*([method] if method != "none" else []), algorithm, tags["objective_overlay"]])
             by_objective.setdefault(name, {})[int(tags["seed"])] = run
             methods[name] = (method, algorithm, tags["objective_overlay"])
     if not by_objective:
-        return f"no finished {' or '.join(args.algorithms)} run of {', '.join(args.objectives)} in experiment '{experiment}' ({uri})"
+        of_seeds = f" of seeds {' '.join(map(str, seeds))}" if seeds is not None else ""
+        return f"no finished {' or '.join(algorithms)} run of {', '.join(objectives)}{of_seeds} in experiment '{experiment}' ({uri})"
     series = {obj: {seed: {key: validation_series(client, run, key) for _, key, _ in COLUMNS} for seed, run in seed_runs.items()}
               for obj, seed_runs in by_objective.items()}
     header = "| | " + " | ".join(h for h, _, _ in COLUMNS) + " | Lift (points) | Seeds |"
@@ -248,20 +252,25 @@ def write_report(uri: str, experiment: str, out: Path, args) -> str:
                  for s in series[obj].values() if s["val/episode/success_rate"]]
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
         lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
+    def paired(a: str, b: str, label: str) -> str:  # the row of b − a, over the seeds both ran
+        both = sorted(set(series[a]) & set(series[b]))
+        diffs = [cell([series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])]
+                       for s in both if series[a][s][key] and series[b][s][key]], pct, signed=True) for _, key, pct in COLUMNS]
+        return f"| {label} (paired by seed) | " + " | ".join(diffs) + f" | | {len(both)} |"
+
     several = len({a for _, a, _ in methods.values()}) > 1
     for method, algorithm in dict.fromkeys((m, a) for m, a, _ in methods.values()):  # PaW − vanilla within a method and an algorithm
         rows = [name for name, (m, a, _) in methods.items() if (m, a) == (method, algorithm)]
         if len(rows) != 2:
             continue
         a, b = sorted(rows, key=lambda name: methods[name][2] != "vanilla")  # b − a: the other objective minus vanilla, whatever the store's order
-        paired = sorted(set(series[a]) & set(series[b]))
-        diffs = []
-        for _, key, pct in COLUMNS:
-            d = [series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])] for s in paired if series[a][s][key] and series[b][s][key]]
-            diffs.append(cell(d, pct, signed=True))
         prefix = " + ".join([*([method] if method != "none" else []), *([algorithm] if several else [])])
-        prefix = f"{prefix}: " if prefix else ""
-        lines.append(f"| {prefix}{methods[b][2]} − {methods[a][2]} (paired by seed) | " + " | ".join(diffs) + f" | | {len(paired)} |")
+        lines.append(paired(a, b, f"{prefix + ': ' if prefix else ''}{methods[b][2]} − {methods[a][2]}"))
+    for method, objective in dict.fromkeys((m, o) for m, _, o in methods.values()):  # each algorithm − the first listed, within a method and an objective
+        rows = sorted((name for name, (m, _, o) in methods.items() if (m, o) == (method, objective)), key=lambda name: algorithms.index(methods[name][1]))
+        for b in rows[1:]:
+            prefix = f"{method} + " if method != "none" else ""
+            lines.append(paired(rows[0], b, f"{prefix}{objective}: {methods[b][1]} − {methods[rows[0]][1]}"))
     rollouts = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_SUCCESS)) for seed, run in seed_runs.items()}
                 for obj, seed_runs in by_objective.items()}  # the rollout of epoch e is played after e updates
     lines += ["", "Success of the updates' own rollouts (new maps every update, training temperature), in %:", "",

@@ -3,7 +3,6 @@ the warm-up row, the lift, the paired PaW − vanilla difference and the curves.
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 import mlflow
 import pytest
@@ -53,8 +52,7 @@ def store(tmp_path, request):
 
 def test_report_table_and_plot(store):
     uri, out = store
-    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithms=["gigpo"])
-    text = learning.write_report(uri, "learning", out, args)
+    text = learning.write_report(uri, "learning", out, ["gigpo"], ["vanilla", "paw"])
     results, rest = text.split("Success of the updates' own rollouts")
     diagnostics = rest.split("RL diagnostics")[1]
     rows, diag = (
@@ -89,7 +87,7 @@ def test_a_run_that_ends_below_its_start_is_flagged(tmp_path):
         for epoch, value in ((-1, start), (6, middle), (13, end)):
             client.log_metric(run.info.run_id, "val/episode/success_rate", value, step=epoch)
         client.set_terminated(run.info.run_id)
-    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithms=["gigpo"]))
+    text = learning.write_report(uri, "learning", tmp_path, ["gigpo"], ["vanilla"])
     assert "| gigpo + vanilla, seed 0 | 3.1 → 46.9 → 31.2 | – | – |  |" in text  # below its middle, not below its start
     assert "| gigpo + vanilla, seed 1 | 3.1 → 15.6 → 0.0 | – | – | **ends below its start** |" in text
     assert "Runs that end below their own start: gigpo + vanilla, seed 1." in text
@@ -98,7 +96,7 @@ def test_a_run_that_ends_below_its_start_is_flagged(tmp_path):
 def test_report_without_runs_says_so(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.MlflowClient(uri).create_experiment("learning")
-    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithms=["gigpo"]))
+    text = learning.write_report(uri, "learning", tmp_path, ["gigpo"], ["vanilla"])
     assert text.startswith("no finished gigpo run of vanilla")
 
 
@@ -113,7 +111,7 @@ def test_a_methods_runs_are_rows_of_their_own(tmp_path):
         for epoch, value in ((-1, start), (5, end)):
             client.log_metric(run.info.run_id, "val/episode/success_rate", value, step=epoch)
         client.set_terminated(run.info.run_id)
-    text = learning.write_report(uri, "learning", tmp_path, SimpleNamespace(objectives=["vanilla"], algorithms=["gigpo"]))
+    text = learning.write_report(uri, "learning", tmp_path, ["gigpo"], ["vanilla"])
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.split("Success of the updates")[0].splitlines() if line.startswith("| ")}
     assert rows["warm-up (before RL)"] == "10.0" and rows["gigpo + vanilla"] == "40.0"
     assert rows["spa's stages (before RL)"] == "0.0" and rows["spa + gigpo + vanilla"] == "30.0"
@@ -143,8 +141,7 @@ def test_several_algorithms_are_rows_of_one_table(tmp_path):
                 client.log_metric(rid, "train/rollout/kept_group_fraction", kept[epoch], step=epoch)
                 client.log_metric(rid, "train/rollout/extra_rounds", extra[epoch], step=epoch)
         client.set_terminated(rid)
-    args = SimpleNamespace(objectives=["vanilla", "paw"], algorithms=["gigpo_verl", "dapo"])
-    text = learning.write_report(uri, "learning", tmp_path, args)
+    text = learning.write_report(uri, "learning", tmp_path, ["gigpo_verl", "dapo"], ["vanilla", "paw"])
     results, rest = text.split("Success of the updates' own rollouts")
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in results.splitlines() if line.startswith("| ")}
     # columns: success %, return, invalid %, WM NLL, WM exact %, lift, seeds
@@ -156,3 +153,32 @@ def test_several_algorithms_are_rows_of_one_table(tmp_path):
     diag = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in rest.split("RL diagnostics")[1].splitlines() if line.startswith("| ")}
     assert diag["dapo + vanilla"][-2:] == ["50.0 ± 35.4", "1.750 ± 1.768"]  # kept 75 % and 25 %; extra rounds 0.5 and 3.0 per update
     assert diag["gigpo_verl + vanilla"][-2:] == ["–", "–"]  # the columns stay: a DAPO run logged them
+
+
+def test_each_algorithm_is_paired_with_the_first_and_seeds_select_runs(tmp_path):
+    """``--algorithms grpo dapo gigpo_verl``: each other algorithm − GRPO, paired by seed within
+    the objective, over the seeds both ran; ``seeds`` keeps only those seeds' runs."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    exp = client.create_experiment("learning")
+    ends = {("grpo", 0): 0.4, ("grpo", 1): 0.2, ("dapo", 0): 0.5, ("dapo", 1): 0.5, ("gigpo_verl", 0): 0.3, ("gigpo_verl", 2): 0.9}
+    for (algorithm, seed), end in ends.items():
+        rid = client.create_run(exp, run_name=f"{algorithm}+vanilla/seed{seed}",
+                                tags={"objective_overlay": "vanilla", "algorithm_overlay": algorithm, "seed": str(seed)}).info.run_id
+        client.log_metric(rid, "val/episode/success_rate", 0.1, step=-1)
+        client.log_metric(rid, "val/episode/success_rate", end, step=1)
+        client.set_terminated(rid)
+
+    def rows(seeds):
+        text = learning.write_report(uri, "learning", tmp_path, ["grpo", "dapo", "gigpo_verl"], ["vanilla"], seeds)
+        table = text.split("Success of the updates' own rollouts")[0]
+        return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines() if line.startswith("| ")}
+
+    every = rows(None)
+    assert every["vanilla: dapo − grpo (paired by seed)"][0] == "+20.0 ± 14.1" and every["vanilla: dapo − grpo (paired by seed)"][-1] == "2"  # +10, +30
+    assert every["vanilla: gigpo_verl − grpo (paired by seed)"][0] == "-10.0" and every["vanilla: gigpo_verl − grpo (paired by seed)"][-1] == "1"  # seed 0 only
+    assert every["gigpo_verl + vanilla"][0] == "60.0 ± 42.4" and every["warm-up (before RL)"][-1] == "3"
+    first = rows([0])
+    assert first["gigpo_verl + vanilla"][0] == "30.0" and first["dapo + vanilla"][-1] == "1" and first["warm-up (before RL)"][-1] == "1"
+    assert first["vanilla: dapo − grpo (paired by seed)"][0] == "+10.0"
+    assert learning.write_report(uri, "learning", tmp_path, ["grpo"], ["vanilla"], [5]).startswith("no finished grpo run of vanilla of seeds 5")
