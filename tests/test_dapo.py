@@ -22,6 +22,7 @@ import torch
 
 from paw_lightning.cli import main
 from paw_lightning.data import RolloutDataModule, RolloutSettings
+from paw_lightning.metrics import episode_metrics
 from paw_lightning.module import policy_mask
 from paw_lightning.objectives import PolicyObjective
 from paw_lightning.rollout.collector import Step, Trajectory, derive_seed
@@ -110,6 +111,11 @@ def test_an_all_wins_group_is_dropped_and_a_new_task_takes_its_place(tokenizer):
     assert played.metrics["perf/extra_rollout_s"] >= 0.0
     assert played.seconds >= played.metrics["perf/extra_rollout_s"]  # rollout_s includes the extra round
     assert played.response_tokens == 3 * 2 * 2  # every episode played: 3 groups × 2 episodes × 2 tokens
+    # train/episode/* describes round 0 (groups 0, 1: Left won twice, Up once = 3/4), not the kept
+    # groups 1 and 4 (2/4: a kept group of two always holds one win)
+    assert sorted(t.group_id for t in played.policy_episodes) == [0, 0, 1, 1]
+    assert episode_metrics(played.policy_episodes)["success_rate"] == 0.75
+    assert episode_metrics(played.trajectories)["success_rate"] == 0.5
 
 
 def test_extra_rounds_play_new_tasks_deterministic_in_seed_and_epoch(tokenizer):

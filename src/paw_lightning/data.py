@@ -292,6 +292,7 @@ class RolloutDataModule(LightningDataModule):
         dynamic sampling judges the final returns); with ``mask_truncated`` the truncated
         responses leave the policy loss's mask."""
         rollout, rank, started = self.rollout, distributed.rank(), time.perf_counter()
+        rounds: list[list[Trajectory]] = []
 
         def play_round(round_: int, groups: list[int]) -> list[Trajectory]:
             tasks = [(g, derive_seed(self.seed, "train", epoch, g)) for g in groups]
@@ -300,6 +301,7 @@ class RolloutDataModule(LightningDataModule):
             trajectories = self._episodes("train", tasks, rollout.group_size, rollout.temperature, seed, description)
             if rollout.overlong_buffer:
                 overlong.punish_overlong(trajectories, rollout.max_new_tokens, rollout.overlong_buffer, rollout.overlong_penalty_factor)
+            rounds.append(trajectories)
             return trajectories
 
         mine = self._my_groups(rollout.groups)
@@ -309,6 +311,8 @@ class RolloutDataModule(LightningDataModule):
         else:
             trajectories = every = play_round(0, list(mine))
         played = self._played("train", trajectories, every, started, metrics)
+        if rollout.dynamic_sampling.enabled:
+            played.first_round = rounds[0]
         if rollout.mask_truncated:
             played.samples.no_policy_loss = played.samples.truncated.clone()
         played.metrics.update(overlong.metrics(trajectories, rollout.max_new_tokens, rollout.overlong_buffer, rollout.overlong_penalty_factor, rollout.mask_truncated))

@@ -428,10 +428,11 @@ class PaWModule(LightningModule):
         if sync_seconds is not None:
             update["perf/engine_sync_s"] = sync_seconds
         update.update(played.metrics)  # how the rollout was played (dynamic sampling, truncation)
-        episodes = episode_metrics(played.trajectories)
+        policy_episodes = played.policy_episodes  # with dynamic sampling its first round, not the kept groups
+        episodes = episode_metrics(policy_episodes)
         all_zero = distributed.min_across_ranks(int(update["policy/zero_advantage_fraction"] == 1.0))
-        steps = distributed.sum_across_ranks(sum(len(t.steps) for t in played.trajectories))  # every rank's rollout
-        invalid_rate = distributed.sum_across_ranks(sum(t.invalid_steps for t in played.trajectories)) / max(steps, 1)
+        steps = distributed.sum_across_ranks(sum(len(t.steps) for t in policy_episodes))  # every rank's rollout
+        invalid_rate = distributed.sum_across_ranks(sum(t.invalid_steps for t in policy_episodes)) / max(steps, 1)
         warnings = [self.signal_watch.observe(bool(all_zero), episodes.get("success_rate")), self.format_watch.observe(invalid_rate)]
         for warning in filter(None, warnings):
             if distributed.rank() == 0:

@@ -32,6 +32,9 @@ class PlayedEpisodes:
         sampling's ``rollout/kept_group_fraction``, …), logged as ``train/<key>``; empty by default.
     dream: for ``val`` / ``test`` with ``data.evaluation.dream`` on, this rank's dream evaluation
         (:mod:`paw_lightning.rollout.dream`) beside the episodes; ``None`` otherwise.
+    first_round: for ``train`` with dynamic sampling, the episodes of its first round (the
+        configured groups, the tasks any estimator plays at this iteration, before groups are
+        kept by their returns), which ``train/episode/*`` describes; ``None``: ``trajectories``.
     """
 
     split: str
@@ -45,3 +48,11 @@ class PlayedEpisodes:
     plan: dict = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     dream: DreamRecords | None = None
+    first_round: list[Trajectory] | None = None
+
+    @property
+    def policy_episodes(self) -> list[Trajectory]:
+        """The episodes that measure the policy: a fair sample of its play on this iteration's
+        tasks. Dynamic sampling's kept groups are not one (a kept group has differing returns
+        by construction, so their success rate is biased towards one half)."""
+        return self.trajectories if self.first_round is None else self.first_round
