@@ -29,7 +29,8 @@ invocation (its runs in ``--experiment``). Arguments after ``--`` go to every ru
 rows of the same table (each with its own lift; PaW − vanilla is paired within an algorithm, and
 each algorithm − the first listed within an objective), and the diagnostics include dynamic
 sampling's kept share of task groups and its extra rollout rounds. With ``--report-only``,
-``--seeds`` selects the runs the report covers (default: every finished seed). ``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
+``--seeds`` selects the runs the report covers (default: every finished seed).
+``--methods spa --objectives vanilla`` adds SPA's rows (its SFT stages, then the same RL) to
 the same experiment and report. ``-- --data.evaluation.dream.tasks=32 --data.evaluation.dream.horizon=4``
 adds the dream evaluation to every validation and a table of its measures to the report
 (docs/reference/dream.md).
@@ -252,6 +253,7 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
                  for s in series[obj].values() if s["val/episode/success_rate"]]
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
         lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
+
     def paired(a: str, b: str, label: str) -> str:  # the row of b − a, over the seeds both ran
         both = sorted(set(series[a]) & set(series[b]))
         diffs = [cell([series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])]
