@@ -147,3 +147,5 @@ def test_teacher_forced_quality_over_all_and_first_observation_tokens():
     assert n == 5 and nll == pytest.approx((2 + 0.5 + 0.5 + 1 + 0.25) / 5) and acc == pytest.approx(4 / 5)
     nll, acc, n = first_token_quality(logprobs, correct, obs_mask)  # positions (0, 2) and (1, 1)
     assert n == 2 and nll == pytest.approx((2 + 1) / 2) and acc == pytest.approx(1 / 2)
+    nll, acc, n = teacher_forced_quality(logprobs, correct, torch.zeros_like(obs_mask))  # no target: weight 0 in the epoch mean
+    assert n == 0 and nll == 0 and acc == 0

@@ -77,9 +77,11 @@ class Evaluation:
 
 def teacher_forced_quality(logprobs: torch.Tensor, correct: torch.Tensor, obs_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Next-observation NLL per token, −Σ log p(o) / n, and token accuracy, Σ [argmax = o] / n,
-    over the ``obs_mask`` tokens of a batch; returns (nll, accuracy, n) with n ≥ 1."""
-    n = obs_mask.sum().clamp(min=1)
-    return -(logprobs * obs_mask).sum() / n, (correct & obs_mask).sum() / n, n
+    over the ``obs_mask`` tokens of a batch; returns (nll, accuracy, n). A batch without
+    observation tokens gives n = 0 (and 0, 0): logged with ``batch_size=n`` it leaves the
+    epoch's token-weighted mean unchanged, and an epoch without any target logs NaN, not 0."""
+    n = obs_mask.sum()
+    return -(logprobs * obs_mask).sum() / n.clamp(min=1), (correct & obs_mask).sum() / n.clamp(min=1), n
 
 
 def first_token_quality(logprobs: torch.Tensor, correct: torch.Tensor, obs_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
