@@ -33,8 +33,9 @@ class PlayedEpisodes:
     dream: for ``val`` / ``test`` with ``data.evaluation.dream`` on, this rank's dream evaluation
         (:mod:`paw_lightning.rollout.dream`) beside the episodes; ``None`` otherwise.
     first_round: for ``train`` with dynamic sampling, the episodes of its first round (the
-        configured groups, the tasks any estimator plays at this iteration, before groups are
-        kept by their returns), which ``train/episode/*`` describes; ``None``: ``trajectories``.
+        configured groups, the tasks any estimator plays at this iteration, and more groups
+        with ``oversample`` > 1), played before any group is kept by its returns; what
+        ``train/episode/*`` describes. ``None``: ``trajectories``.
     """
 
     split: str
