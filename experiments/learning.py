@@ -16,7 +16,8 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
    too: its success is the on-policy curve);
 3. writes ``<out>/results.md`` (the table: held-out success, return, invalid-action rate,
    ``val/wm/nll``, ``val/wm/exact_match``, mean ± std over seeds, with the warm-up's own
-   row, the lift over it, the PaW − vanilla difference paired by seed, every run on its own
+   row, the lift over it, the PaW − vanilla difference paired by seed with the 95 % confidence
+   interval of its mean success difference (Student's t), every run on its own
    line, flagged when it ends below its own start, and the RL diagnostics) and
    ``<out>/learning_curves.png`` (validation success, each update's rollout success and the
    validation world-model NLL against updates: mean line, ± std band over seeds; each run's
@@ -175,6 +176,9 @@ def nonzero_advantage_updates(client, run) -> list[float]:
     return [float(std > 1e-8) for std in train_series(client, run, ["train/policy/advantage_std"])]
 
 
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per run's summary.json would bury the report
+
+
 def validation_plan(client, run) -> str | None:
     """What the run's validation played, e.g. ``32 held-out tasks × 1 episode, temperature 1.0``,
     from the ``summary.json`` that RunSummary logged (``None`` for a run without one)."""
@@ -203,6 +207,21 @@ def cell(values: list[float], percent: bool, signed: bool = False, digits: int |
     digits = digits if digits is not None else 1 if percent else 3
     sign = "+" if signed else ""
     return f"{mean:{sign}.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+
+
+def interval_line(label: str, diffs: list[float]) -> str:
+    """A Markdown bullet: the mean of paired differences (points) and its 95 % confidence
+    interval, and whether the interval holds 0."""
+    if len(diffs) < 2:
+        return f"- {label}: " + (f"{diffs[0]:+.1f} points, 1 seed: no interval" if diffs else "no seed ran both")
+    mean, low, high = analysis.mean_interval(diffs)
+    verdict = "holds 0: these seeds do not tell the two apart" if low <= 0 <= high else "excludes 0"
+    return f"- {label}: {mean:+.1f} points, 95 % CI [{low:+.1f}, {high:+.1f}] over {len(diffs)} seeds; the interval {verdict}"
+
+
+def max_updates(series: dict) -> int:
+    """The last validation's update count over every run of the report."""
+    return max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
 
 
 def run_method(tags: dict) -> str:
@@ -254,11 +273,14 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
         lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
 
+    intervals: list[str] = []  # a line per paired row: its success difference's confidence interval
+
     def paired(a: str, b: str, label: str) -> str:  # the row of b − a, over the seeds both ran
         both = sorted(set(series[a]) & set(series[b]))
-        diffs = [cell([series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])]
-                       for s in both if series[a][s][key] and series[b][s][key]], pct, signed=True) for _, key, pct in COLUMNS]
-        return f"| {label} (paired by seed) | " + " | ".join(diffs) + f" | | {len(both)} |"
+        diffs = {key: [series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])]
+                       for s in both if series[a][s][key] and series[b][s][key]] for _, key, _ in COLUMNS}
+        intervals.append(interval_line(label, [100 * d for d in diffs["val/episode/success_rate"]]))
+        return f"| {label} (paired by seed) | " + " | ".join(cell(diffs[key], pct, signed=True) for _, key, pct in COLUMNS) + f" | | {len(both)} |"
 
     several = len({a for _, a, _ in methods.values()}) > 1
     for method, algorithm in dict.fromkeys((m, a) for m, a, _ in methods.values()):  # PaW − vanilla within a method and an algorithm
@@ -273,6 +295,9 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         for b in rows[1:]:
             prefix = f"{method} + " if method != "none" else ""
             lines.append(paired(rows[0], b, f"{prefix}{objective}: {methods[b][1]} − {methods[rows[0]][1]}"))
+    if intervals:
+        lines += ["", f"Held-out success after {max_updates(series)} updates, difference paired by seed, with the 95 % "
+                  "confidence interval of its mean (Student's t over seeds):", "", *intervals]
     rollouts = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_SUCCESS)) for seed, run in seed_runs.items()}
                 for obj, seed_runs in by_objective.items()}  # the rollout of epoch e is played after e updates
     lines += ["", "Success of the updates' own rollouts (new maps every update, training temperature), in %:", "",
@@ -284,7 +309,7 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
     invalid = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_INVALID)) for seed, run in seed_runs.items()}
                for obj, seed_runs in by_objective.items()}
     lines += ["", *per_run_table(series, invalid)]
-    updates = max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
+    updates = max_updates(series)
     diag_rows = {}
     for obj, seed_runs in by_objective.items():
         cells = diag_rows[obj] = []

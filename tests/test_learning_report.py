@@ -66,6 +66,8 @@ def test_report_table_and_plot(store):
     assert rows["gigpo + paw"][3] == "0.300 ± 0.000"
     assert rows["paw − vanilla (paired by seed)"][0] == "+15.0 ± 7.1"  # per seed +10, +20
     assert rows["paw − vanilla (paired by seed)"][3] == "-0.400 ± 0.000"
+    # +10 and +20 points: s/√2 = 5, t(1 d.o.f., 0.975) = 12.706
+    assert "- paw − vanilla: +15.0 points, 95 % CI [-48.5, +78.5] over 2 seeds; the interval holds 0: these seeds do not tell the two apart" in text
     # diagnostics: 4 of 6 updates had a non-zero advantage; median of 30+3e per update = 37.5 s
     assert diag["gigpo + vanilla"] == ["66.7 ± 0.0", "37.5 ± 0.0"]  # from advantage_std (no zero_advantage_fraction); no run logged an entropy, a clip fraction or dynamic sampling: no column
     assert diag["gigpo + paw"][0] == "83.3 ± 0.0"  # zero_advantage_fraction < 1 in 5 of 6 updates, where advantage_std says 4
@@ -178,6 +180,9 @@ def test_each_algorithm_is_paired_with_the_first_and_seeds_select_runs(tmp_path)
     assert every["vanilla: dapo − grpo (paired by seed)"][0] == "+20.0 ± 14.1" and every["vanilla: dapo − grpo (paired by seed)"][-1] == "2"  # +10, +30
     assert every["vanilla: gigpo_verl − grpo (paired by seed)"][0] == "-10.0" and every["vanilla: gigpo_verl − grpo (paired by seed)"][-1] == "1"  # seed 0 only
     assert every["gigpo_verl + vanilla"][0] == "60.0 ± 42.4" and every["warm-up (before RL)"][-1] == "3"
+    text = (tmp_path / "results.md").read_text()
+    assert "- vanilla: gigpo_verl − grpo: -10.0 points, 1 seed: no interval" in text
+    assert "- vanilla: dapo − grpo: +20.0 points, 95 % CI [-107.1, +147.1] over 2 seeds" in text  # 20 ± 12.706 · 14.14/√2
     first = rows([0])
     assert first["gigpo_verl + vanilla"][0] == "30.0" and first["dapo + vanilla"][-1] == "1" and first["warm-up (before RL)"][-1] == "1"
     assert first["vanilla: dapo − grpo (paired by seed)"][0] == "+10.0"

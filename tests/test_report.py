@@ -132,3 +132,14 @@ def test_an_experiment_mixing_environments_prefixes_each_configuration(tmp_path,
 
 def test_task_type_columns_follow_the_metric_names():
     assert analysis.TASK_TYPES == tuple(TASK_TYPE_NAMES.values())
+
+
+def test_mean_interval_is_students_t_on_hand_computed_numbers():
+    # [1, 2, 3, 6]: mean 3, s = √(14/3) = 2.16025, s/√4 = 1.08012, t(3 d.o.f., 0.975) = 3.18245
+    mean, low, high = analysis.mean_interval([1.0, 2.0, 3.0, 6.0])
+    assert mean == 3.0 and low == pytest.approx(3 - 3.43743, abs=1e-5) and high == pytest.approx(3 + 3.43743, abs=1e-5)
+    # two values 10, 20: s/√2 = 5, t(1, 0.975) = 12.7062; a 90 % interval: t(1, 0.95) = 6.31375
+    assert analysis.mean_interval([10.0, 20.0])[1:] == pytest.approx((15 - 63.531, 15 + 63.531), abs=1e-3)
+    assert analysis.mean_interval([10.0, 20.0], level=0.9)[1:] == pytest.approx((15 - 31.569, 15 + 31.569), abs=1e-3)
+    with pytest.raises(ValueError, match="at least 2 values"):
+        analysis.mean_interval([1.0])

@@ -11,6 +11,7 @@ std (n − 1). Metric points belong to the epoch logged at their step (``epoch``
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import re
 import statistics
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlflow
+import scipy.stats
 from mlflow.entities import Run
 
 TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")  # ALFWorld's column order (metrics.TASK_TYPE_NAMES)
@@ -105,6 +107,17 @@ def run_values(client: mlflow.MlflowClient, run: Run, keys: list[str], select: s
 def mean_std(values: list[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for a single value)."""
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``values`` and the two-sided ``level`` confidence interval of that mean from
+    Student's t: mean ± t_{n−1, (1+level)/2} · s / √n, s the sample std (n − 1). It assumes
+    independent values (one per seed) from a roughly normal distribution. Needs n ≥ 2."""
+    if len(values) < 2:
+        raise ValueError(f"a confidence interval needs at least 2 values, got {len(values)}")
+    mean, std = mean_std(values)
+    half = float(scipy.stats.t.ppf((1 + level) / 2, len(values) - 1)) * std / math.sqrt(len(values))
+    return mean, mean - half, mean + half
 
 
 def is_rate(key: str) -> bool:
