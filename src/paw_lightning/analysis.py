@@ -24,7 +24,7 @@ from mlflow.entities import Run
 
 TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")  # ALFWorld's column order (metrics.TASK_TYPE_NAMES)
 BASE = "base"
-RATE_NAMES = ("exact_match", "token_acc", "first_token_acc", "pass_at_1", "invalid_rate", "env_error_rate")
+RATE_NAMES = ("exact_match", "token_acc", "first_token_acc", "pass_at_1", "invalid_rate", "env_error_rate", "top_action_share")
 
 
 def default_tracking_uri() -> str:

@@ -21,9 +21,10 @@ TASK_TYPE_NAMES = {  # ALFWorld's result-table columns
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Means over episodes; ``invalid_rate`` is invalid steps / all steps;
-    ``success_rate/<type>`` for each task type played (see :func:`task_type_success`);
-    ``obs_truncated_rate``: steps whose observation the pool cut; ``score`` (WebShop's Score,
-    mean r × 100) when the environment reports ``info["score"]``."""
+    ``top_action_share`` (:func:`top_action_share`); ``success_rate/<type>`` for each task type
+    played (see :func:`task_type_success`); ``obs_truncated_rate``: steps whose observation the
+    pool cut; ``score`` (WebShop's Score, mean r × 100) when the environment reports
+    ``info["score"]``."""
     n = max(len(trajectories), 1)
     steps = sum(len(t.steps) for t in trajectories)
     scored = [t.score for t in trajectories if t.score is not None]
@@ -35,9 +36,29 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "invalid_rate": sum(t.invalid_steps for t in trajectories) / max(steps, 1),
         "env_error_rate": sum(t.error is not None for t in trajectories) / n,
         "obs_truncated_rate": truncated / max(steps, 1),  # every rank logs every key (sync_dist collectives)
+        "top_action_share": top_action_share(trajectories),
         **task_type_success(trajectories),
         **({"score": 100 * sum(scored) / n} if scored else {}),  # WebShop's Score: mean r × 100 (unscored episodes: 0)
     }
+
+
+def action_counts(trajectories: list[Trajectory]) -> Counter:
+    """How often each action (the text inside ``<action>``, stripped) was played, over every
+    rank's valid steps (a collective under ``torch.distributed``: every rank calls it)."""
+    counts = Counter(s.action.strip() for t in trajectories for s in t.steps if s.action is not None)
+    if distributed.is_distributed():
+        gathered = [None] * distributed.world_size()
+        dist.all_gather_object(gathered, counts)
+        counts = sum(gathered, Counter())
+    return counts
+
+
+def top_action_share(trajectories: list[Trajectory]) -> float:
+    """The share of valid steps that played the collection's most frequent action (over every
+    rank's episodes): 1.0 when the policy plays one action whatever it sees; 0.0 without a
+    valid step."""
+    counts = action_counts(trajectories)
+    return max(counts.values()) / sum(counts.values()) if counts else 0.0
 
 
 def task_type_success(trajectories: list[Trajectory]) -> dict[str, float]:

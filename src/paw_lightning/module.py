@@ -43,6 +43,7 @@ from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
 from paw_lightning.scale.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
 from paw_lightning.scale import checkpointing
+from paw_lightning.training.action_collapse import ActionCollapseWatch
 from paw_lightning.training.format_drift import FormatDriftWatch
 from paw_lightning.training.learning_signal import LearningSignalWatch
 from paw_lightning.training.memory import peak_memory_gib
@@ -199,6 +200,7 @@ class PaWModule(LightningModule):
         self.clock = EpochClock()  # train/perf/*: the rollout's time as played, the scoring pass and the update as run here
         self.signal_watch = LearningSignalWatch()  # warns after updates in a row with every advantage 0
         self.format_watch = FormatDriftWatch()  # warns when the invalid-action rate keeps rising
+        self.collapse_watch = ActionCollapseWatch()  # warns when a rollout without a win plays one action everywhere
         self.offline_updates = 0  # fits of the weights outside the trainer's steps (warm-up, SFT stages): see sampler()
 
     # ----------------------------------------------------------------- set-up
@@ -431,9 +433,12 @@ class PaWModule(LightningModule):
         policy_episodes = played.policy_episodes  # with dynamic sampling its first round, not the kept groups
         episodes = episode_metrics(policy_episodes)
         all_zero = distributed.min_across_ranks(int(update["policy/zero_advantage_fraction"] == 1.0))
-        steps = distributed.sum_across_ranks(sum(len(t.steps) for t in policy_episodes))  # every rank's rollout
-        invalid_rate = distributed.sum_across_ranks(sum(t.invalid_steps for t in policy_episodes)) / max(steps, 1)
-        warnings = [self.signal_watch.observe(bool(all_zero), episodes.get("success_rate")), self.format_watch.observe(invalid_rate)]
+        steps = int(distributed.sum_across_ranks(sum(len(t.steps) for t in policy_episodes)))  # every rank's rollout
+        invalid_steps = int(distributed.sum_across_ranks(sum(t.invalid_steps for t in policy_episodes)))
+        wins = int(distributed.sum_across_ranks(sum(t.won for t in policy_episodes)))
+        warnings = [self.signal_watch.observe(bool(all_zero), episodes.get("success_rate")),
+                    self.format_watch.observe(invalid_steps / max(steps, 1)),
+                    self.collapse_watch.observe(episodes["top_action_share"], steps - invalid_steps, wins)]
         for warning in filter(None, warnings):
             if distributed.rank() == 0:
                 print(warning)
