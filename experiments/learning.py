@@ -17,8 +17,9 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
 3. writes ``<out>/results.md`` (the table: held-out success, return, invalid-action rate,
    ``val/wm/nll``, ``val/wm/exact_match``, mean ± std over seeds, with the warm-up's own
    row, the lift over it, the PaW − vanilla difference paired by seed with the 95 % confidence
-   interval of its mean success difference (Student's t), every run on its own
-   line, flagged when it ends below its own start, and the RL diagnostics) and
+   interval of its mean success difference (Student's t), on FrozenLake the scripted reference
+   policies' win probability on the same maps (experiments/reference_policies.py), every run on
+   its own line, flagged when it ends below its own start, and the RL diagnostics) and
    ``<out>/learning_curves.png`` (validation success, each update's rollout success and the
    validation world-model NLL against updates: mean line, ± std band over seeds; each run's
    rollout invalid-action rate), and prints the table.
@@ -50,6 +51,7 @@ from pathlib import Path
 
 import mlflow
 from grid import METHODS, ROOT, GridPoint, env_config, is_method_overlay, kill_running, run_point, summary
+from reference_policies import yardstick
 from paw_lightning import analysis
 from paw_lightning.tracking.logger import EXPERIMENT_KIND
 
@@ -189,6 +191,19 @@ def validation_plan(client, run) -> str | None:
     return json.loads(Path(path).read_text()).get("plan", "").removeprefix("val: ") or None
 
 
+def held_out_yardstick(client, runs) -> dict[str, float] | None:
+    """Scripted policies' mean win probability on the held-out maps the runs validated on
+    (:func:`reference_policies.yardstick`, from the first run's ``eval/val_start.json``); ``None``
+    where no run logged one or the environment is not FrozenLake."""
+    for run in runs:
+        try:
+            path = client.download_artifacts(run.info.run_id, "eval/val_start.json")
+        except mlflow.exceptions.MlflowException:
+            continue
+        return yardstick(json.loads(Path(path).read_text())["eval"])
+    return None
+
+
 def reduce_diagnostic(values: list[float], how: str) -> float | tuple[float, float] | None:
     if not values:
         return None
@@ -298,6 +313,11 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
     if intervals:
         lines += ["", f"Held-out success after {max_updates(series)} updates, difference paired by seed, with the 95 % "
                   "confidence interval of its mean (Student's t over seeds):", "", *intervals]
+    reference = held_out_yardstick(client, [run for seed_runs in by_objective.values() for run in seed_runs.values()])
+    if reference is not None:
+        lines += ["", "Scripted policies on the same held-out maps, exact win probability (experiments/reference_policies.py): "
+                  f"uniformly random moves {100 * reference['uniform']:.1f} %, random Down-or-Right moves "
+                  f"{100 * reference['down_or_right']:.1f} %, a shortest hole-free path {100 * reference['shortest_path']:.1f} %."]
     rollouts = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_SUCCESS)) for seed, run in seed_runs.items()}
                 for obj, seed_runs in by_objective.items()}  # the rollout of epoch e is played after e updates
     lines += ["", "Success of the updates' own rollouts (new maps every update, training temperature), in %:", "",
@@ -330,7 +350,7 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
                       "success, invalid and exact match in %, mean ± std over seeds.", "", *lines, *diag, *dream_table(client, by_objective), ""])
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({obj: {str(seed): s for seed, s in v.items()} for obj, v in series.items()}, indent=1))
-    plot(series, rollouts, invalid, out / "learning_curves.png")
+    plot(series, rollouts, invalid, out / "learning_curves.png", reference)
     return text + f"\nwritten: {out / 'results.md'}, {out / 'learning_curves.png'}\n"
 
 
@@ -377,10 +397,11 @@ def per_run_table(series: dict, invalid: dict) -> list[str]:
     return lines
 
 
-def plot(series: dict, rollouts: dict, invalid: dict, path: Path) -> None:
+def plot(series: dict, rollouts: dict, invalid: dict, path: Path, reference: dict[str, float] | None = None) -> None:
     """Validation success, the success of every update's rollout (new maps each time, at the
-    training temperature) and the validation WM NLL against updates: mean over seeds, ± std band;
-    and each run's rollout invalid-action rate per update, one line per run."""
+    training temperature) and the validation WM NLL against updates: mean over seeds, ± std band,
+    with random Down-or-Right moves' win probability on the held-out maps as a dashed line where
+    ``reference`` has it; and each run's rollout invalid-action rate per update, one line per run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -400,6 +421,8 @@ def plot(series: dict, rollouts: dict, invalid: dict, path: Path) -> None:
             std = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
             (line,) = ax.plot(xs, mean, marker="o", label=f"{obj} (n={len(seeds)})")
             ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2)
+        if reference is not None and ax is axes[0]:
+            ax.axhline(100 * reference["down_or_right"], color="gray", linestyle="--", label=f"random Down-or-Right moves ({100 * reference['down_or_right']:.1f})")
         ax.set_xlabel("updates (0: after the warm-up)")
         ax.set_title(title)
         ax.grid(alpha=0.3)

@@ -95,6 +95,23 @@ def seeded_map(env: FrozenLakeEnv, seed: int) -> list[str]:
     return grid_rows(env.size, player, goal, holes)
 
 
+def win_rates(env_kwargs: dict, task_seeds: list[int], max_steps: int) -> dict[str, list[float]]:
+    """Each policy's win probability within ``max_steps`` moves on each map that ``reset(seed)``
+    plays for ``task_seeds``."""
+    env = FrozenLakeEnv(**env_kwargs)
+    maps = [seeded_map(env, seed) for seed in task_seeds]
+    return {name: [win_probability(env, rows, max_steps, policy) for rows in maps] for name, policy in POLICIES.items()}
+
+
+def yardstick(plan: dict) -> dict[str, float] | None:
+    """Each policy's mean win probability on the held-out maps of an evaluation plan (the
+    ``eval`` part of a run's ``eval/val_*.json``: ``env``, ``env_kwargs``, ``task_seeds``,
+    ``max_steps``); ``None`` unless it is non-slippery FrozenLake."""
+    if plan.get("env") != "frozenlake" or (plan.get("env_kwargs") or {}).get("slippery"):
+        return None
+    return {name: statistics.mean(values) for name, values in win_rates(plan["env_kwargs"], plan["task_seeds"], plan["max_steps"]).items()}
+
+
 def resolved_setting(configs: list[str]) -> dict:
     """``data`` of ``fit -c <configs> --print_config``."""
     cmd = [sys.executable, "-m", "paw_lightning", "fit", *(a for c in configs for a in ("-c", c)), "--print_config"]
@@ -113,19 +130,15 @@ def main(argv: list[str] | None = None) -> None:
     kwargs = {**(data["env_kwargs"] or {}), **(data["evaluation"]["env_kwargs"] or {})}
     if data["env"] != "frozenlake" or kwargs.get("slippery"):
         sys.exit(f"reference policies are computed for non-slippery FrozenLake only, got env {data['env']!r} with {kwargs}")
-    env, max_steps, held_out = FrozenLakeEnv(**kwargs), data["rollout"]["max_steps"], data["evaluation"]["groups"]
-    sets = {f"{held_out} held-out maps": [seeded_map(env, derive_seed("val", g)) for g in range(held_out)],
-            f"{args.maps} fresh maps": [seeded_map(env, derive_seed("reference", i)) for i in range(args.maps)]}
+    max_steps, held_out = data["rollout"]["max_steps"], data["evaluation"]["groups"]
+    sets = {f"{held_out} held-out maps": win_rates(kwargs, [derive_seed("val", g) for g in range(held_out)], max_steps),
+            f"{args.maps} fresh maps": win_rates(kwargs, [derive_seed("reference", i) for i in range(args.maps)], max_steps)}
     print(f"FrozenLake {kwargs}, at most {max_steps} moves; win probability in %, exact per map, mean over maps "
           f"(± the standard error over maps)\n")
     print("| policy | " + " | ".join(sets) + " |\n|---" + "|---" * len(sets) + "|")
-    for name, policy in POLICIES.items():
-        cells = []
-        for maps in sets.values():
-            wins = [100 * win_probability(env, rows, max_steps, policy) for rows in maps]
-            cells.append(f"{statistics.mean(wins):.1f} ± {statistics.stdev(wins) / len(wins) ** 0.5:.1f}")
+    for name in POLICIES:
+        cells = [f"{100 * statistics.mean(rates[name]):.1f} ± {100 * statistics.stdev(rates[name]) / len(rates[name]) ** 0.5:.1f}" for rates in sets.values()]
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
-
 
 if __name__ == "__main__":
     main()

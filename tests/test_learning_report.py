@@ -2,6 +2,7 @@
 the warm-up row, the lift, the paired PaW − vanilla difference and the curves."""
 from __future__ import annotations
 
+import json
 import sys
 
 import mlflow
@@ -20,6 +21,9 @@ SUCCESS = {
     ("paw", 1): {-1: 0.2, 2: 0.4, 5: 0.7},
 }
 NLL = {"vanilla": {-1: 0.8, 2: 0.8, 5: 0.7}, "paw": {-1: 0.8, 2: 0.5, 5: 0.3}}
+# held-out maps without holes, start and goal in opposite corners of 2×2, 2 moves: random moves win
+# 1/2 · 1/4 = 12.5 %, random Down-or-Right moves 1/2 (the second move must be the other one)
+OPEN_2X2 = {"size": 2, "hole_prob": 0.0, "layout": "corners"}
 
 
 @pytest.fixture(params=["vanilla first", "paw first"])
@@ -46,6 +50,8 @@ def store(tmp_path, request):
             for phase in ("rollout_s", "scoring_s", "update_s"):
                 client.log_metric(rid, f"train/perf/{phase}", 10.0 + epoch, step=epoch)
         client.log_text(rid, '{"plan": "val: 32 held-out tasks × 1 episode, temperature 1.0"}', "summary.json")  # as RunSummary logs it
+        client.log_text(rid, json.dumps({"eval": {"env": "frozenlake", "env_kwargs": OPEN_2X2, "task_seeds": [1, 2], "max_steps": 2}}),
+                        "eval/val_start.json")  # as the evaluation report logs it
         client.set_terminated(rid)
     return uri, tmp_path
 
@@ -78,6 +84,7 @@ def test_report_table_and_plot(store):
     # every run on its own line: held-out success and invalid rate per validation, the rollouts' invalid rate first → last
     assert "| gigpo + vanilla, seed 1 | 20.0 → 30.0 → 50.0 | 0.0 → 0.0 → 0.0 | 0.0 → 10.0 |  |" in text
     assert "No run ends below its own start." in text
+    assert "uniformly random moves 12.5 %, random Down-or-Right moves 50.0 %, a shortest hole-free path 100.0 %." in text
 
 
 def test_a_run_that_ends_below_its_start_is_flagged(tmp_path):
@@ -155,6 +162,7 @@ def test_several_algorithms_are_rows_of_one_table(tmp_path):
     diag = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in rest.split("RL diagnostics")[1].splitlines() if line.startswith("| ")}
     assert diag["dapo + vanilla"][-2:] == ["50.0 ± 35.4", "1.750 ± 1.768"]  # kept 75 % and 25 %; extra rounds 0.5 and 3.0 per update
     assert diag["gigpo_verl + vanilla"][-2:] == ["–", "–"]  # the columns stay: a DAPO run logged them
+    assert "Scripted policies" not in text  # no run logged its evaluation plan
 
 
 def test_each_algorithm_is_paired_with_the_first_and_seeds_select_runs(tmp_path):
