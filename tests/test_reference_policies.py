@@ -67,6 +67,7 @@ def test_the_command_on_the_benchmarks_maps():
     assert "| shortest_path | 100.0 ± 0.0 | 100.0 ± 0.0 |" in result.stdout
 
 
+@pytest.mark.slow
 def test_another_environment_is_refused():
     result = subprocess.run([sys.executable, str(ROOT / "experiments/reference_policies.py"), "-c", "configs/search_qa.yaml"],
                             capture_output=True, text=True, timeout=600)
