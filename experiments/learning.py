@@ -55,6 +55,9 @@ from reference_policies import yardstick
 from paw_lightning import analysis
 from paw_lightning.tracking.logger import EXPERIMENT_KIND
 
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per run's summary.json would bury the report
+
+
 TRAIN_SUCCESS = "train/episode/success_rate"
 TRAIN_INVALID = "train/episode/invalid_rate"
 COLUMNS = [  # (header, metric key, shown in %)
@@ -178,9 +181,6 @@ def nonzero_advantage_updates(client, run) -> list[float]:
     return [float(std > 1e-8) for std in train_series(client, run, ["train/policy/advantage_std"])]
 
 
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per run's summary.json would bury the report
-
-
 def validation_plan(client, run) -> str | None:
     """What the run's validation played, e.g. ``32 held-out tasks × 1 episode, temperature 1.0``,
     from the ``summary.json`` that RunSummary logged (``None`` for a run without one)."""
@@ -232,11 +232,6 @@ def interval_line(label: str, diffs: list[float]) -> str:
     mean, low, high = analysis.mean_interval(diffs)
     verdict = "holds 0: these seeds do not tell the two apart" if low <= 0 <= high else "excludes 0"
     return f"- {label}: {mean:+.1f} points, 95 % CI [{low:+.1f}, {high:+.1f}] over {len(diffs)} seeds; the interval {verdict}"
-
-
-def max_updates(series: dict) -> int:
-    """The last validation's update count over every run of the report."""
-    return max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
 
 
 def run_method(tags: dict) -> str:
@@ -310,8 +305,9 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         for b in rows[1:]:
             prefix = f"{method} + " if method != "none" else ""
             lines.append(paired(rows[0], b, f"{prefix}{objective}: {methods[b][1]} − {methods[rows[0]][1]}"))
+    updates = max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
     if intervals:
-        lines += ["", f"Held-out success after {max_updates(series)} updates, difference paired by seed, with the 95 % "
+        lines += ["", f"Held-out success after {updates} updates, difference paired by seed, with the 95 % "
                   "confidence interval of its mean (Student's t over seeds):", "", *intervals]
     reference = held_out_yardstick(client, [run for seed_runs in by_objective.values() for run in seed_runs.values()])
     if reference is not None:
@@ -329,7 +325,6 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
     invalid = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_INVALID)) for seed, run in seed_runs.items()}
                for obj, seed_runs in by_objective.items()}
     lines += ["", *per_run_table(series, invalid)]
-    updates = max_updates(series)
     diag_rows = {}
     for obj, seed_runs in by_objective.items():
         cells = diag_rows[obj] = []

@@ -18,6 +18,8 @@ A policy's win probability on a map is exact, not sampled: with V_0 = 0 and
 V_k(p) = Σ_m π(m | p) · (r(p, m) + [not done(p, m)] · V_{k−1}(p')), the answer is
 V_{max_steps}(start). The transitions (p, m) → (p', r, done) come from the environment itself
 (``load_map`` with the player at p, then ``step(m)``). Non-slippery maps only.
+:func:`yardstick` gives the means for the maps a run's evaluation plan names (the learning
+report's line and the dashed line of its plot).
 """
 from __future__ import annotations
 
