@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paw_lightning.envs import EnvPool, make_env_factory
-from paw_lightning.metrics import episode_metrics, top_action_share
+from paw_lightning.metrics import EpisodeCounts, episode_metrics, top_action_share
 from paw_lightning.rollout.collector import Collector, Step, Trajectory
 from paw_lightning.rollout.engine import Generation
 from paw_lightning.rollout.prompts import PromptBuilder
@@ -22,8 +22,8 @@ def trajectory(actions: list[str | None]) -> Trajectory:
 
 def test_top_action_share_counts_valid_steps_only():
     # valid steps: Right, Right (with spaces), Down; the invalid step (None) does not count
-    assert top_action_share([trajectory(["Right", None]), trajectory([" Right ", "Down"])]) == pytest.approx(2 / 3)
-    assert top_action_share([trajectory([None, None])]) == 0.0
+    assert top_action_share(EpisodeCounts.of([trajectory(["Right", None]), trajectory([" Right ", "Down"])]).actions) == pytest.approx(2 / 3)
+    assert top_action_share(EpisodeCounts.of([trajectory([None, None])]).actions) == 0.0
     assert episode_metrics([trajectory(["Up", "Up", "Up", "Left"])])["top_action_share"] == 0.75
 
 

@@ -3,6 +3,7 @@ success rate per task type (ALFWorld) under ALFWorld's short column names, and p
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
@@ -21,14 +22,15 @@ TASK_TYPE_NAMES = {  # ALFWorld's result-table columns
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Means over episodes; ``invalid_rate`` is invalid steps / all steps;
-    ``top_action_share`` (:func:`top_action_share`); ``success_rate/<type>`` for each task type
-    played (see :func:`task_type_success`); ``obs_truncated_rate``: steps whose observation the
-    pool cut; ``score`` (WebShop's Score, mean r × 100) when the environment reports
-    ``info["score"]``."""
+    ``top_action_share`` (:func:`top_action_share`) and ``success_rate/<type>`` for each task
+    type played (:func:`task_type_success`), both over every rank's episodes (a collective:
+    every rank calls this); ``obs_truncated_rate``: steps whose observation the pool cut;
+    ``score`` (WebShop's Score, mean r × 100) when the environment reports ``info["score"]``."""
     n = max(len(trajectories), 1)
     steps = sum(len(t.steps) for t in trajectories)
     scored = [t.score for t in trajectories if t.score is not None]
     truncated = sum(t.truncated_observations for t in trajectories)  # steps
+    counts = EpisodeCounts.of(trajectories).gathered()
     return {
         "success_rate": sum(t.won for t in trajectories) / n,
         "return_mean": sum(t.total_return for t in trajectories) / n,
@@ -36,48 +38,52 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "invalid_rate": sum(t.invalid_steps for t in trajectories) / max(steps, 1),
         "env_error_rate": sum(t.error is not None for t in trajectories) / n,
         "obs_truncated_rate": truncated / max(steps, 1),  # every rank logs every key (sync_dist collectives)
-        "top_action_share": top_action_share(trajectories),
-        **task_type_success(trajectories),
+        "top_action_share": top_action_share(counts.actions),
+        **task_type_success(counts.played, counts.won),
         **({"score": 100 * sum(scored) / n} if scored else {}),  # WebShop's Score: mean r × 100 (unscored episodes: 0)
     }
 
 
-def action_counts(trajectories: list[Trajectory]) -> Counter:
-    """How often each action (the text inside ``<action>``, stripped) was played, over every
-    rank's valid steps (a collective under ``torch.distributed``: every rank calls it)."""
-    counts = Counter(s.action.strip() for t in trajectories for s in t.steps if s.action is not None)
-    if distributed.is_distributed():
+@dataclass
+class EpisodeCounts:
+    """What the episode metrics count by name: each action played (the text inside
+    ``<action>``, stripped; valid steps only), and the episodes played and won per task type
+    (episodes without a ``task_type`` are left out)."""
+
+    actions: Counter = field(default_factory=Counter)
+    played: Counter = field(default_factory=Counter)
+    won: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, trajectories: list[Trajectory]) -> EpisodeCounts:
+        counts = cls(Counter(s.action.strip() for t in trajectories for s in t.steps if s.action is not None))
+        for t in trajectories:
+            if t.task_type is not None:
+                counts.played[t.task_type] += 1
+                counts.won[t.task_type] += bool(t.won)
+        return counts
+
+    def gathered(self) -> EpisodeCounts:
+        """Every rank's counts added up, in one ``all_gather_object`` under ``torch.distributed``
+        (a collective: every rank calls it), so every rank gets the same keys and the global
+        rates: the module's ``sync_dist`` mean then logs the true rate and no rank waits on a
+        key it lacks."""
+        if not distributed.is_distributed():
+            return self
         gathered = [None] * distributed.world_size()
-        dist.all_gather_object(gathered, counts)
-        counts = sum(gathered, Counter())
-    return counts
+        dist.all_gather_object(gathered, self)
+        return EpisodeCounts(*(sum((getattr(c, f) for c in gathered), Counter()) for f in ("actions", "played", "won")))
 
 
-def top_action_share(trajectories: list[Trajectory]) -> float:
-    """The share of valid steps that played the collection's most frequent action (over every
-    rank's episodes): 1.0 when the policy plays one action whatever it sees; 0.0 without a
-    valid step."""
-    counts = action_counts(trajectories)
-    return max(counts.values()) / sum(counts.values()) if counts else 0.0
+def top_action_share(actions: Counter) -> float:
+    """The share of valid steps that played the most frequent action: 1.0 when the policy plays
+    one action whatever it sees; 0.0 without a valid step."""
+    return max(actions.values()) / sum(actions.values()) if actions else 0.0
 
 
-def task_type_success(trajectories: list[Trajectory]) -> dict[str, float]:
-    """``success_rate/<short name>`` for every task type that any rank played (episodes
-    without a ``task_type`` are left out; a type outside ALFWorld's six keeps its name).
-
-    Under ``torch.distributed`` the counts of all ranks are gathered (a collective: every
-    rank calls this), so every rank returns the same keys and the global rate: the
-    module's ``sync_dist`` mean then logs the true rate and no rank waits on a key it lacks.
-    """
-    played, won = Counter(), Counter()
-    for t in trajectories:
-        if t.task_type is not None:
-            played[t.task_type] += 1
-            won[t.task_type] += bool(t.won)
-    if distributed.is_distributed():
-        gathered = [None] * distributed.world_size()
-        dist.all_gather_object(gathered, (played, won))
-        played, won = sum((p for p, _ in gathered), Counter()), sum((w for _, w in gathered), Counter())
+def task_type_success(played: Counter, won: Counter) -> dict[str, float]:
+    """``success_rate/<short name>`` for every task type played (a type outside ALFWorld's six
+    keeps its name)."""
     return {f"success_rate/{TASK_TYPE_NAMES.get(k, k)}": won[k] / played[k] for k in sorted(played)}
 
 

@@ -43,13 +43,11 @@ from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
 from paw_lightning.scale.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
 from paw_lightning.scale import checkpointing
-from paw_lightning.training.action_collapse import ActionCollapseWatch
-from paw_lightning.training.format_drift import FormatDriftWatch
-from paw_lightning.training.learning_signal import LearningSignalWatch
 from paw_lightning.training.memory import peak_memory_gib
 from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
 from paw_lightning.training.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.training.perf import EpochClock
+from paw_lightning.training.rollout_watch import RolloutWatch, rollout_counts
 from paw_lightning.update import ScoringModel, UpdateInputs, prepare_update
 
 
@@ -198,9 +196,7 @@ class PaWModule(LightningModule):
         self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
         self.clock = EpochClock()  # train/perf/*: the rollout's time as played, the scoring pass and the update as run here
-        self.signal_watch = LearningSignalWatch()  # warns after updates in a row with every advantage 0
-        self.format_watch = FormatDriftWatch()  # warns when the invalid-action rate keeps rising
-        self.collapse_watch = ActionCollapseWatch()  # warns when a rollout without a win plays one action everywhere
+        self.rollout_watch = RolloutWatch()  # warns when RL has no signal, its format drifts or it plays one action everywhere
         self.offline_updates = 0  # fits of the weights outside the trainer's steps (warm-up, SFT stages): see sampler()
 
     # ----------------------------------------------------------------- set-up
@@ -432,14 +428,9 @@ class PaWModule(LightningModule):
         update.update(played.metrics)  # how the rollout was played (dynamic sampling, truncation)
         policy_episodes = played.policy_episodes  # with dynamic sampling its first round, not the kept groups
         episodes = episode_metrics(policy_episodes)
-        all_zero = distributed.min_across_ranks(int(update["policy/zero_advantage_fraction"] == 1.0))
-        steps = int(distributed.sum_across_ranks(sum(len(t.steps) for t in policy_episodes)))  # every rank's rollout
-        invalid_steps = int(distributed.sum_across_ranks(sum(t.invalid_steps for t in policy_episodes)))
-        wins = int(distributed.sum_across_ranks(sum(t.won for t in policy_episodes)))
-        warnings = [self.signal_watch.observe(bool(all_zero), episodes.get("success_rate")),
-                    self.format_watch.observe(invalid_steps / max(steps, 1)),
-                    self.collapse_watch.observe(episodes["top_action_share"], steps - invalid_steps, wins)]
-        for warning in filter(None, warnings):
+        counts = rollout_counts(len(policy_episodes), sum(len(t.steps) for t in policy_episodes), sum(t.invalid_steps for t in policy_episodes),
+                                sum(t.won for t in policy_episodes), update["policy/zero_advantage_fraction"] == 1.0)
+        for warning in self.rollout_watch.observe(counts, episodes["top_action_share"]):
             if distributed.rank() == 0:
                 print(warning)
         self._log_episode_metrics("train", episodes)

@@ -37,6 +37,15 @@ def _reduce(value: float, op) -> float:
     return t.item()
 
 
+def sum_each_across_ranks(values: list[float]) -> list[float]:
+    """Each value summed over the ranks, in one all-reduce (float64: exact for counts below 2⁵³)."""
+    if not is_distributed():
+        return [float(v) for v in values]
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
 def max_across_ranks(value: int) -> int:
     return int(_reduce(value, dist.ReduceOp.MAX) if is_distributed() else value)
 

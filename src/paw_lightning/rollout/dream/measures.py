@@ -75,7 +75,8 @@ def dream_sums(records: DreamRecords) -> dict[str, float]:
 def dream_metrics(records: DreamRecords) -> dict[str, float]:
     """The dream metrics of every rank's records together (a collective: every rank calls it)."""
     local = dream_sums(records)
-    total = {key: distributed.sum_across_ranks(float(local[key])) for key in sorted(local)}
+    keys = sorted(local)
+    total = dict(zip(keys, distributed.sum_each_across_ranks([local[key] for key in keys])))
     metrics: dict[str, float] = {}
     for k in range(1, records.horizon + 1):
         n = total[f"n@{k}"]
