@@ -17,7 +17,8 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
 3. writes ``<out>/results.md`` (the table: held-out success, return, invalid-action rate,
    ``val/wm/nll``, ``val/wm/exact_match``, mean ± std over seeds, with the warm-up's own
    row, the lift over it, the PaW − vanilla difference paired by seed with the 95 % confidence
-   interval of its mean success difference (Student's t), on FrozenLake the scripted reference
+   interval of its mean success difference (Student's t), the binomial standard error that one
+   validation's episodes alone give each row's success, on FrozenLake the scripted reference
    policies' win probability on the same maps (experiments/reference_policies.py), every run on
    its own line, flagged when it ends below its own start, and the RL diagnostics) and
    ``<out>/learning_curves.png`` (validation success, each update's rollout success and the
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -58,10 +60,11 @@ from paw_lightning.tracking.logger import EXPERIMENT_KIND
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per run's summary.json would bury the report
 
 
+SUCCESS = "val/episode/success_rate"
 TRAIN_SUCCESS = "train/episode/success_rate"
 TRAIN_INVALID = "train/episode/invalid_rate"
 COLUMNS = [  # (header, metric key, shown in %)
-    ("Success %", "val/episode/success_rate", True),
+    ("Success %", SUCCESS, True),
     ("Return", "val/episode/return_mean", False),
     ("Invalid %", "val/episode/invalid_rate", True),
     ("WM NLL", "val/wm/nll", False),
@@ -191,17 +194,24 @@ def validation_plan(client, run) -> str | None:
     return json.loads(Path(path).read_text()).get("plan", "").removeprefix("val: ") or None
 
 
-def held_out_yardstick(client, runs) -> dict[str, float] | None:
-    """Scripted policies' mean win probability on the held-out maps the runs validated on
-    (:func:`reference_policies.yardstick`, from the first run's ``eval/val_start.json``); ``None``
-    where no run logged one or the environment is not FrozenLake."""
+def held_out_plan(client, runs) -> dict | None:
+    """The evaluation plan the runs validated on (``eval`` of the first run's
+    ``eval/val_start.json``: environment, maps, episodes per map); ``None`` where no run logged one."""
     for run in runs:
         try:
             path = client.download_artifacts(run.info.run_id, "eval/val_start.json")
         except mlflow.exceptions.MlflowException:
             continue
-        return yardstick(json.loads(Path(path).read_text())["eval"])
+        return json.loads(Path(path).read_text())["eval"]
     return None
+
+
+def noise_line(label: str, variances: list[float], values: list[float]) -> str:
+    """A Markdown bullet: the standard error that a validation's episodes alone give a row's
+    success (√ of the mean over its runs of :func:`~paw_lightning.analysis.binomial_variance`;
+    a paired difference adds its two runs' variances), in points, beside the row's std over seeds."""
+    spread = f"its std over seeds {100 * statistics.stdev(values):.1f}" if len(values) > 1 else "1 seed"
+    return f"- {label}: {100 * math.sqrt(statistics.mean(variances)):.1f} points from the episodes alone; {spread}"
 
 
 def reduce_diagnostic(values: list[float], how: str) -> float | tuple[float, float] | None:
@@ -273,23 +283,31 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         for name in (name for name, (m, _, _) in methods.items() if m == method):
             for seed, s in series[name].items():
                 starts.setdefault(seed, s)
-        start_success = [v for v in (s["val/episode/success_rate"].get(0) for s in starts.values()) if v is not None]
+        start_success = [v for v in (s[SUCCESS].get(0) for s in starts.values()) if v is not None]
         warm = [cell([s[key][0] for s in starts.values() if 0 in s[key]], pct) for _, key, pct in COLUMNS]
         label = "warm-up" if method == "none" else f"{method}'s stages"
         lines.append(f"| {label} (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
     for obj in series:
-        lifts = [s["val/episode/success_rate"][max(s["val/episode/success_rate"])] - s["val/episode/success_rate"].get(0, float("nan"))
-                 for s in series[obj].values() if s["val/episode/success_rate"]]
+        lifts = [s[SUCCESS][max(s[SUCCESS])] - s[SUCCESS].get(0, float("nan"))
+                 for s in series[obj].values() if s[SUCCESS]]
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
         lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
 
     intervals: list[str] = []  # a line per paired row: its success difference's confidence interval
+    plan = held_out_plan(client, [run for seed_runs in by_objective.values() for run in seed_runs.values()])
+    episodes = len(plan["task_seeds"]) * plan.get("group_size", 1) if plan else 0  # one validation's episodes
+    noise = [noise_line(obj, [analysis.binomial_variance(v, episodes) for v in final(obj, SUCCESS)], final(obj, SUCCESS))
+             for obj in series] if episodes > 1 else []  # a line per row, then per paired row: the success's measurement noise
 
     def paired(a: str, b: str, label: str) -> str:  # the row of b − a, over the seeds both ran
         both = sorted(set(series[a]) & set(series[b]))
         diffs = {key: [series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])]
                        for s in both if series[a][s][key] and series[b][s][key]] for _, key, _ in COLUMNS}
-        intervals.append(interval_line(label, [100 * d for d in diffs["val/episode/success_rate"]]))
+        intervals.append(interval_line(label, [100 * d for d in diffs[SUCCESS]]))
+        if episodes > 1:
+            finals = [(series[a][s][SUCCESS][max(series[a][s][SUCCESS])], series[b][s][SUCCESS][max(series[b][s][SUCCESS])])
+                      for s in both if series[a][s][SUCCESS] and series[b][s][SUCCESS]]
+            noise.append(noise_line(label, [analysis.binomial_variance(x, episodes) + analysis.binomial_variance(y, episodes) for x, y in finals], diffs[SUCCESS]))
         return f"| {label} (paired by seed) | " + " | ".join(cell(diffs[key], pct, signed=True) for _, key, pct in COLUMNS) + f" | | {len(both)} |"
 
     several = len({a for _, a, _ in methods.values()}) > 1
@@ -305,11 +323,15 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         for b in rows[1:]:
             prefix = f"{method} + " if method != "none" else ""
             lines.append(paired(rows[0], b, f"{prefix}{objective}: {methods[b][1]} − {methods[rows[0]][1]}"))
-    updates = max(max(s["val/episode/success_rate"] or [0]) for obj in series for s in series[obj].values())
+    updates = max(max(s[SUCCESS] or [0]) for obj in series for s in series[obj].values())
     if intervals:
         lines += ["", f"Held-out success after {updates} updates, difference paired by seed, with the 95 % "
                   "confidence interval of its mean (Student's t over seeds):", "", *intervals]
-    reference = held_out_yardstick(client, [run for seed_runs in by_objective.values() for run in seed_runs.values()])
+    if noise:
+        lines += ["", f"Measurement noise: a validation plays {episodes} episodes, so its success rate varies by a binomial "
+                  "standard error even with the policy held fixed (√(p̂(1 − p̂)/(n − 1)) per run). Where it is close to the "
+                  "std over seeds, the seeds differ mostly by the draw of their episodes:", "", *noise]
+    reference = yardstick(plan) if plan else None
     if reference is not None:
         lines += ["", "Scripted policies on the same held-out maps, exact win probability (experiments/reference_policies.py): "
                   f"uniformly random moves {100 * reference['uniform']:.1f} %, random Down-or-Right moves "
@@ -380,7 +402,7 @@ def per_run_table(series: dict, invalid: dict) -> list[str]:
     below = []
     for obj, seeds in series.items():
         for seed in sorted(seeds):
-            success = seeds[seed]["val/episode/success_rate"]
+            success = seeds[seed][SUCCESS]
             rollout = invalid[obj].get(seed, {})
             ends_below = bool(success) and 0 in success and success[max(success)] < success[0]
             if ends_below:
@@ -404,7 +426,7 @@ def plot(series: dict, rollouts: dict, invalid: dict, path: Path, reference: dic
 
     fig, axes = plt.subplots(1, 4, figsize=(21, 4))
     panels = [
-        (series, "val/episode/success_rate", "held-out success (%), validation", 100.0),
+        (series, SUCCESS, "held-out success (%), validation", 100.0),
         ({obj: {seed: {TRAIN_SUCCESS: v} for seed, v in seeds.items()} for obj, seeds in rollouts.items()}, TRAIN_SUCCESS, "success of each update's rollout (%), new maps", 100.0),
         (series, "val/wm/nll", "held-out world-model NLL (nats/token)", 1.0),
     ]

@@ -1,6 +1,7 @@
 """The results table and learning curves read back from a synthetic MLflow store with known values."""
 from __future__ import annotations
 
+import math
 import sys
 
 import matplotlib
@@ -143,3 +144,13 @@ def test_mean_interval_is_students_t_on_hand_computed_numbers():
     assert analysis.mean_interval([10.0, 20.0], level=0.9)[1:] == pytest.approx((15 - 31.569, 15 + 31.569), abs=1e-3)
     with pytest.raises(ValueError, match="at least 2 values"):
         analysis.mean_interval([1.0])
+
+
+def test_binomial_variance_is_unbiased_for_the_rate_of_n_episodes():
+    # 8 wins in 32 episodes: 0.25 · 0.75 / 31 = 0.0060484 (standard error 7.8 points)
+    assert analysis.binomial_variance(0.25, 32) == pytest.approx(0.1875 / 31)
+    # its mean over every outcome k of 4 episodes at p = 0.3 is Var(p̂) = 0.3 · 0.7 / 4 = 0.0525 exactly
+    outcomes = [(math.comb(4, k) * 0.3**k * 0.7 ** (4 - k), k / 4) for k in range(5)]
+    assert sum(prob * analysis.binomial_variance(rate, 4) for prob, rate in outcomes) == pytest.approx(0.0525)
+    with pytest.raises(ValueError, match="at least 2 episodes"):
+        analysis.binomial_variance(0.5, 1)

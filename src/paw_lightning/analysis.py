@@ -120,6 +120,16 @@ def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, floa
     return mean, mean - half, mean + half
 
 
+def binomial_variance(rate: float, episodes: int) -> float:
+    """The sampling variance of a success rate measured on ``episodes`` independent episodes,
+    estimated without bias from the rate p̂ itself: p̂(1 − p̂) / (n − 1). (Var(p̂) = p(1 − p) / n
+    and E[p̂(1 − p̂)] = p(1 − p)(n − 1) / n.) It is what the episodes alone make a rate vary
+    by, with the policy held fixed. Needs n ≥ 2."""
+    if episodes < 2:
+        raise ValueError(f"a binomial variance needs at least 2 episodes, got {episodes}")
+    return rate * (1.0 - rate) / (episodes - 1)
+
+
 def is_rate(key: str) -> bool:
     """Metrics shown in percent: success rates and the other fractions in ``RATE_NAMES``."""
     return "success_rate" in key or key.rsplit("/", 1)[-1] in RATE_NAMES
