@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -73,9 +75,40 @@ def small_warmup(workdir: Path) -> str:
 
 
 def mlflow_runs(workdir: Path, experiment: str = "frozenlake"):
+    """The client and the experiment's runs, oldest first; fails on a metric key that
+    docs/reference/metrics.md does not document (every fit a test reads is checked)."""
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name(experiment)
-    return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    undocumented = sorted({key for run in runs for key in run.data.metrics if not documented_metric(key)})
+    assert not undocumented, f"metric keys missing from docs/reference/metrics.md: {undocumented}"
+    return client, runs
+
+
+def documented_metric(key: str) -> bool:
+    """Whether docs/reference/metrics.md documents a logged key: its tables' backticked keys, with
+    ``<…>`` standing for one path part, ``…_pNN`` for the row's first key with another suffix,
+    ``episode/`` and ``dream/`` keys under any split and ``val/wm/`` also under ``test/``."""
+    return key == "epoch" or any(pattern.fullmatch(key) for pattern in _metric_patterns())  # Lightning's epoch: the page's "Steps"
+
+
+@functools.cache
+def _metric_patterns() -> list[re.Pattern]:
+    patterns = []
+    for line in (ROOT / "docs/reference/metrics.md").read_text().splitlines():
+        if not line.startswith("| `"):
+            continue
+        first = line.split("|")[1]
+        names = re.findall(r"`([^`]+)`", first)
+        names = [names[0].rsplit("_", 1)[0] + name[1:] if name.startswith("…") else name for name in names]
+        for name in names:
+            body = "".join(re.escape(part) if not (part.startswith("<") and part.endswith(">")) else "[^/]+" for part in re.split(r"(<[^>]+>)", name))
+            if name.startswith(("episode/", "dream/")):
+                body = r"(train|val|test)/" + body
+            elif name.startswith("val/wm/"):
+                body = r"(val|test)/" + body[len("val/"):]
+            patterns.append(re.compile(body))
+    return patterns
 
 
 def metric_history(client, run, key: str) -> list[float]:
