@@ -5,12 +5,20 @@ the run's ``config.yaml`` artifact and tags the run with the git SHA, the enviro
 algorithm and the objectives, so the MLflow UI can group and compare runs; the environment's
 ``tagged_kwargs`` (WebShop's reward rule) become tags ``env.<name>`` (:func:`env_tags`). A run
 without an explicit ``run_name`` is named like the sweeps' runs, ``<algorithm>+<objective>/seed<seed>``.
+The ``runtime.*`` tags say what the config leaves to the machine (:func:`runtime_tags`): two runs of
+one config compute the same numbers only where these agree too.
 """
 from __future__ import annotations
 
+import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
+import torch
 from lightning.pytorch.cli import SaveConfigCallback
 
 from paw_lightning.envs import tagged_env_kwargs
+from paw_lightning.model import weights_dtype
 from paw_lightning.tracking.artifacts import mlflow_logger
 from paw_lightning.tracking.logger import git_sha
 
@@ -22,6 +30,50 @@ def env_tags(datamodule) -> dict[str, str]:
     """``env.<name>``: each of the training environment's ``tagged_kwargs`` and its value in this
     run, e.g. ``{"env.reward": "webshop"}`` (:func:`~paw_lightning.envs.registry.tagged_env_kwargs`)."""
     return {f"env.{name}": str(value) for name, value in tagged_env_kwargs(getattr(datamodule, "env_factory", None)).items()}
+
+
+VERSIONED = ("torch", "transformers", "peft", "lightning")
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model name (``/proc/cpuinfo``) and its core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model} ({os.cpu_count()} cores)"
+
+
+def package_versions(names=VERSIONED) -> str:
+    """e.g. ``torch 2.13.0, transformers 5.23.0, …`` (a package that is not installed is left out)."""
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            continue
+    return ", ".join(found)
+
+
+def runtime_tags(trainer, pl_module) -> dict[str, str]:
+    """What the config leaves to the machine, and so what can change a run's numbers: the
+    device, the base weights' dtype (``model.lm.dtype: auto`` picks by hardware), Lightning's
+    precision, the world size, torch's CPU threads (``threads: auto`` picks by load; a different
+    count changes float rounding) and the versions of the numeric packages."""
+    device = trainer.strategy.root_device
+    tags = {
+        "runtime.device": device_name(device),
+        "runtime.base_dtype": str(weights_dtype(pl_module.lm_config.dtype, device)).removeprefix("torch."),
+        "runtime.precision": str(trainer.precision),
+        "runtime.world_size": str(trainer.world_size),
+        "runtime.versions": package_versions(),
+    }
+    if device.type == "cpu":
+        tags["runtime.torch_threads"] = str(torch.get_num_threads())
+    return tags
 
 
 class MLflowSaveConfigCallback(SaveConfigCallback):
@@ -51,6 +103,7 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
             "algorithm": ALGORITHM_NAMES.get(advantage, advantage.lower()),
             "world_model_objective": type(wm).__name__ if wm is not None else "none",
             **(env_tags(datamodule) if datamodule is not None else {}),
+            **runtime_tags(trainer, pl_module),
         }
         if logger._run_name is None and not getattr(logger, "_resuming", False):  # named like the sweeps' runs, not at random
             tags["mlflow.runName"] = f"{tags['algorithm']}+{tags['world_model_objective'] if wm is not None else 'vanilla'}/seed{datamodule.seed if datamodule is not None else 0}"
