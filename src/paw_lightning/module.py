@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import random
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Literal
 
-import numpy as np
 import torch
 from lightning.pytorch import LightningModule
 from jsonargparse import lazy_instance
@@ -492,9 +490,7 @@ class PaWModule(LightningModule):
         checkpoint["trainable_parameters"] = checkpointing.trainable_names(self)
         if "optimizer_states" in checkpoint:
             checkpoint["optimizer_states"] = [checkpointing.optimizer_state_dict(self, opt) for opt in self.trainer.optimizers]
-        name, keys, pos, has_gauss, cached = np.random.get_state()
-        numpy_state = (name, keys.tolist(), pos, has_gauss, cached)  # plain types: loads with weights_only=True
-        checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
+        checkpoint["rng_states"] = checkpointing.rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.checkpoint_epoch = checkpoint.get("epoch")  # names the evaluation reports of validate / test
@@ -506,9 +502,5 @@ class PaWModule(LightningModule):
                 f"the checkpoint lacks {len(missing)} of this model's trainable weights (e.g. {sorted(missing)[0]}): "
                 "it was written with a different model or LoRA configuration"
             )
-        states = checkpoint.get("rng_states")
-        if states:
-            torch.set_rng_state(states["torch"])
-            name, keys, pos, has_gauss, cached = states["numpy"]
-            np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-            random.setstate(states["python"])
+        if checkpoint.get("rng_states"):
+            checkpointing.restore_rng_states(checkpoint["rng_states"])

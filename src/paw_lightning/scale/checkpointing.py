@@ -3,15 +3,18 @@ parameter name, so that any world size and any strategy can resume it: one ordin
 (not a sharded torch.distributed.checkpoint folder) with ``state_dict`` (trainable weights
 only, full CPU tensors; the frozen base comes from the model source at load time),
 ``optimizer_states`` (gathered, keyed by parameter name) and ``trainable_parameters``
-(checked on load). Both functions are collectives under FSDP2: every rank calls them.
+(checked on load), and ``rng_states`` (torch's, numpy's and Python's generators, for an exact
+resume). The weight and optimizer functions are collectives under FSDP2: every rank calls them.
 Simplification: a plain ``ModelParallelStrategy`` (not ``FSDP2Strategy``) first gathers the
 whole model state on rank 0 at each save, a transient CPU-memory cost.
 
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -57,3 +60,18 @@ def load_trainable(module: torch.nn.Module, path: str) -> None:
         module.load_state_dict({name: saved[name] for name in names if name in saved}, strict=False)
     except RuntimeError as err:  # same names, other shapes (e.g. another LoRA rank)
         raise ValueError(f"{path} does not fit this model's trainable weights (another LoRA rank or model?): {str(err).splitlines()[-1].strip()}") from None
+
+
+def rng_states() -> dict:
+    """The states of torch's, numpy's and Python's global generators, as plain types (numpy's
+    key as a list) so that the checkpoint loads with ``weights_only=True``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": (name, keys.tolist(), pos, has_gauss, cached), "python": random.getstate()}
+
+
+def restore_rng_states(states: dict) -> None:
+    """Put the generators back where :func:`rng_states` found them."""
+    torch.set_rng_state(states["torch"])
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    random.setstate(states["python"])
