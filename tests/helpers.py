@@ -74,6 +74,13 @@ def small_warmup(workdir: Path) -> str:
     return str(path)
 
 
+def flatten(tree, prefix: str = "") -> dict[str, object]:
+    """Nested dicts → {dotted key: leaf} (lists, None and empty dicts are leaves)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}.{key}" if prefix else key).items()}
+
+
 def mlflow_runs(workdir: Path, experiment: str = "frozenlake"):
     """The client and the experiment's runs, oldest first; fails on a metric key that
     docs/reference/metrics.md does not document (every fit a test reads is checked)."""

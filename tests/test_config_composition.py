@@ -26,7 +26,7 @@ import yaml
 from paw_lightning.callbacks.stages import STAGES, stage_replacements
 from paw_lightning.cli import BASE_CONFIG, resolved_config
 
-from helpers import ROOT
+from helpers import ROOT, flatten
 
 ENVS = {"alfworld": ["configs/alfworld.yaml"], "frozenlake": ["configs/frozenlake.yaml"],
         "sokoban": ["configs/frozenlake.yaml", "configs/sokoban.yaml"], "sudoku": ["configs/frozenlake.yaml", "configs/sudoku.yaml"], "webshop": ["configs/webshop.yaml"],
@@ -47,13 +47,6 @@ FAMILY_KEYS = {
               "model.gather_weights_for_generation", "model.engine", "data.rollout.groups", "data.rollout.group_size", "data.rollout.max_steps",
               "data.rollout.max_new_tokens", "data.mini_batch_size", "data.evaluation.groups", "data.evaluation.group_size"],
 }
-
-
-def flatten(tree, prefix: str = "") -> dict[str, object]:
-    """Nested dicts → {dotted key: leaf} (lists and None are leaves)."""
-    if not isinstance(tree, dict) or not tree:
-        return {prefix: tree}
-    return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}.{key}" if prefix else key).items()}
 
 
 def resolved(*configs: str) -> dict[str, object]:

@@ -9,20 +9,9 @@ import yaml
 
 from paw_lightning.cli import resolved_config
 
-from helpers import ROOT
+from helpers import ROOT, flatten
 
 ROW = re.compile(r"^\| `([^`]+)` \| `?(.*?)`? \|")
-
-
-def resolved_keys(node: dict, prefix: str = "") -> dict[str, object]:
-    """Dotted key → value of every leaf (an empty mapping or list is a leaf)."""
-    leaves: dict[str, object] = {}
-    for key, value in node.items():
-        if isinstance(value, dict) and value:
-            leaves.update(resolved_keys(value, f"{prefix}{key}."))
-        else:
-            leaves[f"{prefix}{key}"] = value
-    return leaves
 
 
 def documented_defaults() -> dict[str, str]:
@@ -44,7 +33,7 @@ def same_default(shown: str, value: object) -> bool:
 
 
 def test_every_key_has_a_row_with_its_default():
-    resolved = resolved_keys(resolved_config())
+    resolved = flatten(resolved_config())
     documented = documented_defaults()
     assert sorted(set(resolved) - set(documented)) == [], "keys without a row in docs/reference/config.md"
     assert sorted(set(documented) - set(resolved)) == [], "rows in docs/reference/config.md for keys the parser does not have"
