@@ -2,8 +2,6 @@
 (2 CPU processes, gloo)."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -11,6 +9,8 @@ import torch.multiprocessing as mp
 from paw_lightning.metrics import episode_metrics
 from paw_lightning.rollout.collector import Step, Trajectory
 from paw_lightning.training.rollout_watch import rollout_counts
+
+from helpers import free_port
 
 pytestmark = pytest.mark.slow  # 2 spawned processes
 
@@ -39,11 +39,8 @@ def _worker(rank: int, port: int, results) -> None:
 
 
 def test_counts_and_shares_are_global_on_every_rank():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(port, results), nprocs=2, join=True)
+    mp.spawn(_worker, args=(free_port(), results), nprocs=2, join=True)
     for rank in (0, 1):
         share, by_type, counts = results[rank]
         assert share == pytest.approx(3 / 4)  # Up on 3 of the 4 valid steps (rank 0 alone: 1.0, rank 1 alone: 0.5)

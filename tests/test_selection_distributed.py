@@ -1,14 +1,14 @@
 """The top-α selection is one ranking over all ranks (2 CPU processes, gloo)."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from paw_lightning.objectives.selection import select_global_top_alpha
+
+from helpers import free_port
 
 pytestmark = pytest.mark.slow  # 2 spawned processes
 
@@ -24,11 +24,8 @@ def _worker(rank: int, port: int, results) -> None:
 
 
 def test_selection_is_global_across_ranks():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(port, results), nprocs=2, join=True)
+    mp.spawn(_worker, args=(free_port(), results), nprocs=2, join=True)
     # all 7 entropies: 0.9, 0.8, 0.7, 0.3 are the top ceil(0.5·7) = 4 — rank 0 alone would keep 2 of its 3
     assert results[0] == [False, True, True]
     assert results[1] == [True, False, True, False]
