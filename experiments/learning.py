@@ -79,6 +79,7 @@ DREAM_COLUMNS = [  # (header, metric key, shown in %): the world model as a simu
 DIAGNOSTICS = [  # (header, ending in % if shown in %; train metric keys (summed) or a per-update series (client, run) -> values; how to reduce a run's values)
     ("response-token entropy (nats), first → last update", ["train/policy/entropy"], "first_last"),
     ("updates with a non-zero advantage %", lambda client, run: nonzero_advantage_updates(client, run), "mean"),  # 0/1 per update: the mean is the share
+    ("most frequent action's share of the rollout, first → last update %", ["train/episode/top_action_share"], "first_last"),
     ("clip fraction (mean over updates) %", ["train/policy/clip_frac"], "mean"),
     ("seconds per RL iteration (median)", ["train/perf/rollout_s", "train/perf/scoring_s", "train/perf/update_s"], "median"),  # rollout_s holds dynamic sampling's extra rounds
     ("task groups kept by dynamic sampling (mean over updates) %", ["train/rollout/kept_group_fraction"], "mean"),
@@ -353,10 +354,13 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         for header, keys, how in DIAGNOSTICS:
             values = [reduce_diagnostic(keys(client, run) if callable(keys) else train_series(client, run, keys), how) for run in seed_runs.values()]
             values = [v for v in values if v is not None]
+            percent = header.endswith("%")
             if how == "first_last":
-                cells.append(f"{cell([v[0] for v in values], False)} → {cell([v[1] for v in values], False)}" if values else "–")
+                cells.append(f"{cell([v[0] for v in values], percent)} → {cell([v[1] for v in values], percent)}" if values else "–")
             else:
-                cells.append(cell(values, header.endswith("%"), digits=1 if how == "median" else None))
+                cells.append(cell(values, percent, digits=1 if how == "median" else None))
+            if values and len(values) < len(seed_runs):  # a metric that older runs did not log
+                cells[-1] += f" ({len(values)} of {len(seed_runs)} runs)"
     shown = [i for i in range(len(DIAGNOSTICS)) if any(cells[i] != "–" for cells in diag_rows.values())]  # a column no run logged is left out
     diag = ["", "RL diagnostics over each run's updates (mean ± std over seeds):", "",
             "| | " + " | ".join(DIAGNOSTICS[i][0] for i in shown) + " |", "|---" * (len(shown) + 1) + "|",

@@ -46,6 +46,8 @@ def store(tmp_path, request):
             if objective == "paw":  # a newer run; update 0's advantages are all equal and non-zero (std 0)
                 client.log_metric(rid, "train/policy/zero_advantage_fraction", [0.0, 0.5, 0.25, 1.0, 0.5, 0.5][epoch], step=epoch)
             client.log_metric(rid, "train/episode/success_rate", 0.1 * epoch, step=epoch)
+            if seed == 1:  # a newer run: the most frequent action's share, 0.4 at the first update → 0.9 at the last
+                client.log_metric(rid, "train/episode/top_action_share", 0.4 + 0.1 * epoch, step=epoch)
             client.log_metric(rid, "train/episode/invalid_rate", 0.01 * epoch * (seed + 1), step=epoch)
             for phase in ("rollout_s", "scoring_s", "update_s"):
                 client.log_metric(rid, f"train/perf/{phase}", 10.0 + epoch, step=epoch)
@@ -75,7 +77,8 @@ def test_report_table_and_plot(store):
     # +10 and +20 points: s/√2 = 5, t(1 d.o.f., 0.975) = 12.706
     assert "- paw − vanilla: +15.0 points, 95 % CI [-48.5, +78.5] over 2 seeds; the interval holds 0: these seeds do not tell the two apart" in text
     # diagnostics: 4 of 6 updates had a non-zero advantage; median of 30+3e per update = 37.5 s
-    assert diag["gigpo + vanilla"] == ["66.7 ± 0.0", "37.5 ± 0.0"]  # from advantage_std (no zero_advantage_fraction); no run logged an entropy, a clip fraction or dynamic sampling: no column
+    # from advantage_std (no zero_advantage_fraction); the action share of seed 1 only; no run logged an entropy, a clip fraction or dynamic sampling: no column
+    assert diag["gigpo + vanilla"] == ["66.7 ± 0.0", "40.0 → 90.0 (1 of 2 runs)", "37.5 ± 0.0"]
     assert diag["gigpo + paw"][0] == "83.3 ± 0.0"  # zero_advantage_fraction < 1 in 5 of 6 updates, where advantage_std says 4
     assert "validation (32 held-out tasks × 1 episode, temperature 1.0) after 6 updates" in text
     # the rollouts' success 0.0, 0.1, …, 0.5 per update: first 0 %, last three 40 %
