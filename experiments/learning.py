@@ -17,7 +17,7 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
 3. writes ``<out>/results.md`` (the table: held-out success, return, invalid-action rate,
    ``val/wm/nll``, ``val/wm/exact_match``, mean ± std over seeds, with the warm-up's own
    row, the lift over it, the PaW − vanilla difference paired by seed with the 95 % confidence
-   interval of its mean success difference (Student's t), the binomial standard error that one
+   interval of its mean success difference (Student's t), a bound on the standard error that one
    validation's episodes alone give each row's success, on FrozenLake the scripted reference
    policies' win probability on the same maps (experiments/reference_policies.py), every run on
    its own line, flagged when it ends below its own start, and the RL diagnostics) and
@@ -208,11 +208,19 @@ def held_out_plan(client, runs) -> dict | None:
 
 
 def noise_line(label: str, variances: list[float], values: list[float]) -> str:
-    """A Markdown bullet: the standard error that a validation's episodes alone give a row's
-    success (√ of the mean over its runs of :func:`~paw_lightning.analysis.binomial_variance`;
-    a paired difference adds its two runs' variances), in points, beside the row's std over seeds."""
+    """A Markdown bullet: the bound on the standard error that a validation's episodes alone give
+    a row's success (√ of the mean over its runs of :func:`~paw_lightning.analysis.binomial_variance`;
+    a paired difference adds its two runs' variances), in points, beside the row's std over seeds.
+
+    A bound, not the noise itself: every run plays the same held-out maps, so with a map's win
+    probability p_i the draw of the episodes varies a rate by Σ p_i(1 − p_i)/n², and
+    p̄(1 − p̄)/n exceeds that by the maps' spread Var(p_i)/n, which is shared by every run, not
+    noise; and a seed's two runs share their sampling seeds, which correlates their draws and
+    makes their difference vary less than the sum of their variances."""
+    if not variances:
+        return f"- {label}: no run validated"
     spread = f"its std over seeds {100 * statistics.stdev(values):.1f}" if len(values) > 1 else "1 seed"
-    return f"- {label}: {100 * math.sqrt(statistics.mean(variances)):.1f} points from the episodes alone; {spread}"
+    return f"- {label}: at most {100 * math.sqrt(statistics.mean(variances)):.1f} points from the episodes alone; {spread}"
 
 
 def reduce_diagnostic(values: list[float], how: str) -> float | tuple[float, float] | None:
@@ -296,7 +304,7 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
 
     intervals: list[str] = []  # a line per paired row: its success difference's confidence interval
     plan = held_out_plan(client, [run for seed_runs in by_objective.values() for run in seed_runs.values()])
-    episodes = len(plan["task_seeds"]) * plan.get("group_size", 1) if plan else 0  # one validation's episodes
+    episodes = len(plan.get("task_seeds", [])) * plan.get("group_size", 1) if plan else 0  # one validation's episodes (the runs of one experiment share the plan)
     noise = [noise_line(obj, [analysis.binomial_variance(v, episodes) for v in final(obj, SUCCESS)], final(obj, SUCCESS))
              for obj in series] if episodes > 1 else []  # a line per row, then per paired row: the success's measurement noise
 
@@ -329,9 +337,10 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         lines += ["", f"Held-out success after {updates} updates, difference paired by seed, with the 95 % "
                   "confidence interval of its mean (Student's t over seeds):", "", *intervals]
     if noise:
-        lines += ["", f"Measurement noise: a validation plays {episodes} episodes, so its success rate varies by a binomial "
-                  "standard error even with the policy held fixed (√(p̂(1 − p̂)/(n − 1)) per run). Where it is close to the "
-                  "std over seeds, the seeds differ mostly by the draw of their episodes:", "", *noise]
+        lines += ["", f"Measurement noise: a validation plays {episodes} episodes, so its success rate varies with the draw of "
+                  "its episodes even with the policy held fixed, by at most the binomial standard error √(p̂(1 − p̂)/(n − 1)) "
+                  "per run (every run plays the same maps, so which maps are hard is not noise). Where the bound is well below "
+                  "the std over seeds, the runs differ by more than the draw of their episodes:", "", *noise]
     reference = yardstick(plan) if plan else None
     if reference is not None:
         lines += ["", "Scripted policies on the same held-out maps, exact win probability (experiments/reference_policies.py): "
@@ -366,8 +375,8 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
             "| | " + " | ".join(DIAGNOSTICS[i][0] for i in shown) + " |", "|---" * (len(shown) + 1) + "|",
             *(f"| {obj} | " + " | ".join(cells[i] for i in shown) + " |" for obj, cells in diag_rows.items())]
     plans = sorted({validation_plan(client, run) for seed_runs in by_objective.values() for run in seed_runs.values()} - {None})
-    plan = f" ({'; '.join(plans)})" if plans else ""
-    text = "\n".join([f"Held-out validation{plan} after {updates} updates (warm-up row: before the first update); "
+    described = f" ({'; '.join(plans)})" if plans else ""
+    text = "\n".join([f"Held-out validation{described} after {updates} updates (warm-up row: before the first update); "
                       "success, invalid and exact match in %, mean ± std over seeds.", "", *lines, *diag, *dream_table(client, by_objective), ""])
     (out / "results.md").write_text(text)
     (out / "results.json").write_text(json.dumps({obj: {str(seed): s for seed, s in v.items()} for obj, v in series.items()}, indent=1))

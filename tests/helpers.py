@@ -88,7 +88,7 @@ def mlflow_runs(workdir: Path, experiment: str = "frozenlake"):
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
     undocumented = sorted({key for run in runs for key in run.data.metrics if not documented_metric(key)})
-    assert not undocumented, f"metric keys missing from docs/reference/metrics.md: {undocumented}"
+    assert not undocumented, f"metric keys missing from docs/reference/metrics.md (checked by tests/helpers.py mlflow_runs): {undocumented}"
     return client, runs
 
 

@@ -59,11 +59,13 @@ def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monke
     assert "paw_lightning.objectives.ClippedMAE" in open(config).read()
     assert run.data.params["seed"] == "0"
     assert run.data.tags["env"] == "frozenlake" and run.data.tags["git_sha"]
-    # what the config leaves to the machine: the tiny model in float32 on this process's CPU threads
+    # what the config leaves to the machine: the tiny model in float32, on a CPU with this process's threads
     assert run.data.tags["runtime.base_dtype"] == "float32" and run.data.tags["runtime.precision"] == "32-true"
-    assert run.data.tags["runtime.world_size"] == "1" and run.data.tags["runtime.torch_threads"] == str(torch.get_num_threads())
+    assert run.data.tags["runtime.world_size"] == "1"
     assert run.data.tags["runtime.versions"].startswith(f"torch {torch.__version__}, transformers ")
-    assert run.data.tags["runtime.device"].endswith(" cores)")
+    if cli.trainer.strategy.root_device.type == "cpu":
+        assert run.data.tags["runtime.torch_threads"] == str(torch.get_num_threads())
+        assert run.data.tags["runtime.device"].endswith(" logical CPUs)")
     # the progress bar shows the latest success and return of training and validation; not in MLflow twice
     bar = seen.metrics
     assert {"train_success", "train_return", "val_success", "val_return"} <= set(bar), bar

@@ -1,5 +1,4 @@
-"""Every rank gets the global rollout counts and episode metrics, each from one collective
-(2 CPU processes, gloo)."""
+"""Every rank gets the global rollout counts and episode metrics (2 CPU processes, gloo)."""
 from __future__ import annotations
 
 import pytest

@@ -24,6 +24,7 @@ def test_each_watch_speaks_for_its_own_failure():
     (warning,) = watch.observe(RolloutCounts(8, 64, 26, 1, False), 0.5)
     assert "invalid-action rate rose in 3 updates in a row (9% → 20% → 30% → 41%)" in warning
 
+
 def test_no_signal_warning_reports_the_success_rate_over_every_episode():
     watch = RolloutWatch()
     flat = RolloutCounts(episodes=16, steps=100, invalid_steps=0, wins=4, flat=True)  # every group all-won or all-lost

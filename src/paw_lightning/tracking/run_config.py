@@ -36,15 +36,20 @@ VERSIONED = ("torch", "transformers", "peft", "lightning")
 
 
 def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU's model name (``/proc/cpuinfo``) and its core count."""
+    """The GPU's name; the CPU's model name (``/proc/cpuinfo``) and the logical CPUs this process
+    may run on; else the device type."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
+    if device.type != "cpu":
+        return device.type
     model = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{model} ({os.cpu_count()} cores)"
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model} ({usable} logical CPUs)"
 
 
 def package_versions(names=VERSIONED) -> str:
@@ -62,7 +67,8 @@ def runtime_tags(trainer, pl_module) -> dict[str, str]:
     """What the config leaves to the machine, and so what can change a run's numbers: the
     device, the base weights' dtype (``model.lm.dtype: auto`` picks by hardware), Lightning's
     precision, the world size, torch's CPU threads (``threads: auto`` picks by load; a different
-    count changes float rounding) and the versions of the numeric packages."""
+    count changes float rounding) and the versions of the numeric packages. A resumed run's tags
+    are those of its latest segment."""
     device = trainer.strategy.root_device
     tags = {
         "runtime.device": device_name(device),
