@@ -5,8 +5,8 @@ only, full CPU tensors; the frozen base comes from the model source at load time
 ``optimizer_states`` (gathered, keyed by parameter name) and ``trainable_parameters``
 (checked on load), and ``rng_states`` (rank 0's torch CPU, numpy and Python generators: an
 exact resume in one process; with several ranks every rank resumes rank 0's, and CUDA's
-generators are not saved). The weight and optimizer functions are collectives under FSDP2: every rank calls them.
-Simplification: a plain ``ModelParallelStrategy`` (not ``FSDP2Strategy``) first gathers the
+generators are not saved). The weight and optimizer functions are collectives under FSDP2:
+every rank calls them. Simplification: a plain ``ModelParallelStrategy`` (not ``FSDP2Strategy``) first gathers the
 whole model state on rank 0 at each save, a transient CPU-memory cost.
 
 """
