@@ -110,7 +110,7 @@ def test_the_format_guard_pulls_a_drifting_format_back(learnable_model_dir, tmp_
     .84, .97, .81, 1.0 | 0, 0, .91, .97, .94, 1.0, .97, .91, .91, .88; with it 0, 0, 0, .94, .84,
     .75, .31, .09, .06, .03 | 0, 0, .91, .84, .75, .53, .31, .09, .06, 0. The run without the
     guard also prints the drift warning (its patience cut to 1 rise, the first jump)."""
-    monkeypatch.setattr("paw_lightning.module.FormatDriftWatch", functools.partial(FormatDriftWatch, patience=1))
+    monkeypatch.setattr("paw_lightning.training.rollout_watch.FormatDriftWatch", functools.partial(FormatDriftWatch, patience=1))
     runs = {}
     for name, extra in {"old": (), "guard": ("--model.policy_objective.init_args.invalid_advantage=-1",)}.items():
         workdir = tmp_path / name
