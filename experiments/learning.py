@@ -207,6 +207,11 @@ def held_out_plan(client, runs) -> dict | None:
     return None
 
 
+def last(values: dict[int, float]) -> float:
+    """The value at the last validation (updates done → value)."""
+    return values[max(values)]
+
+
 def noise_line(label: str, variances: list[float], values: list[float]) -> str:
     """A Markdown bullet: the bound on the standard error that a validation's episodes alone give
     a row's success (√ of the mean over its runs of :func:`~paw_lightning.analysis.binomial_variance`;
@@ -285,7 +290,7 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
     lines = [header, "|---" * (len(COLUMNS) + 3) + "|"]
 
     def final(obj, key):
-        return [s[key][max(s[key])] for s in series[obj].values() if s[key]]
+        return [last(s[key]) for s in series[obj].values() if s[key]]
 
     for method in dict.fromkeys(m for m, _, _ in methods.values()):  # one start row per method: its runs of a seed share it
         starts: dict[int, dict] = {}  # seed → the series of its first row's run (every algorithm starts from the same weights)
@@ -297,7 +302,7 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
         label = "warm-up" if method == "none" else f"{method}'s stages"
         lines.append(f"| {label} (before RL) | " + " | ".join(warm) + f" | | {len(start_success)} |")
     for obj in series:
-        lifts = [s[SUCCESS][max(s[SUCCESS])] - s[SUCCESS].get(0, float("nan"))
+        lifts = [last(s[SUCCESS]) - s[SUCCESS].get(0, float("nan"))
                  for s in series[obj].values() if s[SUCCESS]]
         cells = [cell(final(obj, key), pct) for _, key, pct in COLUMNS]
         lines.append(f"| {obj} | " + " | ".join(cells) + f" | {cell(lifts, True, signed=True)} | {len(series[obj])} |")
@@ -305,18 +310,18 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
     intervals: list[str] = []  # a line per paired row: its success difference's confidence interval
     plan = held_out_plan(client, [run for seed_runs in by_objective.values() for run in seed_runs.values()])
     episodes = len(plan.get("task_seeds", [])) * plan.get("group_size", 1) if plan else 0  # one validation's episodes (the runs of one experiment share the plan)
-    noise = [noise_line(obj, [analysis.binomial_variance(v, episodes) for v in final(obj, SUCCESS)], final(obj, SUCCESS))
-             for obj in series] if episodes > 1 else []  # a line per row, then per paired row: the success's measurement noise
+    noise = [noise_line(obj, [analysis.binomial_variance(v, episodes) for v in finals], finals)
+             for obj in series for finals in [final(obj, SUCCESS)]] if episodes > 1 else []  # a line per row, then per paired row: the success's measurement noise
 
     def paired(a: str, b: str, label: str) -> str:  # the row of b − a, over the seeds both ran
         both = sorted(set(series[a]) & set(series[b]))
-        diffs = {key: [series[b][s][key][max(series[b][s][key])] - series[a][s][key][max(series[a][s][key])]
-                       for s in both if series[a][s][key] and series[b][s][key]] for _, key, _ in COLUMNS}
+        finals = {key: [(last(series[a][s][key]), last(series[b][s][key])) for s in both if series[a][s][key] and series[b][s][key]]
+                  for _, key, _ in COLUMNS}  # (a, b) at the last validation, per seed
+        diffs = {key: [y - x for x, y in pairs] for key, pairs in finals.items()}
         intervals.append(interval_line(label, [100 * d for d in diffs[SUCCESS]]))
         if episodes > 1:
-            finals = [(series[a][s][SUCCESS][max(series[a][s][SUCCESS])], series[b][s][SUCCESS][max(series[b][s][SUCCESS])])
-                      for s in both if series[a][s][SUCCESS] and series[b][s][SUCCESS]]
-            noise.append(noise_line(label, [analysis.binomial_variance(x, episodes) + analysis.binomial_variance(y, episodes) for x, y in finals], diffs[SUCCESS]))
+            variances = [analysis.binomial_variance(x, episodes) + analysis.binomial_variance(y, episodes) for x, y in finals[SUCCESS]]
+            noise.append(noise_line(label, variances, diffs[SUCCESS]))
         return f"| {label} (paired by seed) | " + " | ".join(cell(diffs[key], pct, signed=True) for _, key, pct in COLUMNS) + f" | | {len(both)} |"
 
     several = len({a for _, a, _ in methods.values()}) > 1
@@ -352,8 +357,8 @@ def write_report(uri: str, experiment: str, out: Path, algorithms: list[str], ob
               "| | first rollout | mean of the last 3 | change (points) | seeds |", "|---|---|---|---|---|"]
     for obj, seeds in rollouts.items():
         first = [v[min(v)] for v in seeds.values() if v]
-        last = [statistics.mean(v[e] for e in sorted(v)[-3:]) for v in seeds.values() if v]
-        lines.append(f"| {obj} | {cell(first, True)} | {cell(last, True)} | {cell([b - a for a, b in zip(first, last)], True, signed=True)} | {len(seeds)} |")
+        last_three = [statistics.mean(v[e] for e in sorted(v)[-3:]) for v in seeds.values() if v]
+        lines.append(f"| {obj} | {cell(first, True)} | {cell(last_three, True)} | {cell([b - a for a, b in zip(first, last_three)], True, signed=True)} | {len(seeds)} |")
     invalid = {obj: {seed: dict(analysis.epoch_series(client, run, TRAIN_INVALID)) for seed, run in seed_runs.items()}
                for obj, seed_runs in by_objective.items()}
     lines += ["", *per_run_table(series, invalid)]
