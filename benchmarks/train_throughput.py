@@ -73,7 +73,7 @@ import time
 import warnings
 
 import torch
-from machine import machine_load, release_freed_memory, rss_bytes
+from machine import machine_load, release_freed_memory, reset_peak_rss, rss_bytes
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
@@ -184,8 +184,7 @@ class PeakMemory:
         release_freed_memory()  # freed heap pages back to the OS, or a phase reusing them would show no growth
         self.before = rss_bytes()
         try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # resets VmHWM (peak RSS) to the current RSS
+            reset_peak_rss()
             self.hwm = True
         except OSError:
             self.hwm = False

