@@ -14,10 +14,10 @@ In order:
    whole suite would import packages a GPU image lacks; on a CPU they are all skipped);
 3. **generation**: benchmarks/engine_throughput.py on FrozenLake's first prompts at batch 32,
    8 and 128 (the target's batch first), for ``--model`` (the embedded SmolLM2-135M by default)
-   and for a randomly initialised model of Qwen2.5-1.5B's shape: ``hf``, ``hf merged``, ``hf merged static``
-   (static KV cache: transformers compiles the decoding step on CUDA), ``cb`` (continuous
-   batching, where transformers has it) and ``vllm`` (where it imports); response tokens/s,
-   ratio to ``hf`` and ``engine_kl``;
+   and for a randomly initialised model of Qwen2.5-1.5B's shape: ``hf``, ``hf merged``,
+   ``hf merged static`` (static KV cache: transformers compiles the decoding step on CUDA),
+   ``cb`` (continuous batching, where transformers has it) and ``vllm`` (where it imports);
+   response tokens/s, ratio to ``hf`` and ``engine_kl``;
 4. **training**: benchmarks/train_throughput.py at the 1.5B shape, bf16, 8 × 2048 tokens with
    the loss reading the last 512 positions of each row, tokens/s and MFU, with the top
    kernels of one step from ``torch.profiler``;
@@ -29,8 +29,8 @@ The report, ``<out>/gpu_check.md`` (also copied, with the learning curves, into 
 that is set, as on the device machine), holds the machine, every figure with the command that
 measured it, each section's status and wall time, and the learning table. Nothing is
 downloaded: ``--model`` (by default the embedded GGUF) must be on the machine
-(docs/guides/gpus.md#the-gpu-check says how the weights and wheels travel). ``--dry-run`` runs every section at tiny sizes on the tiny
-test model (built in code), so the check itself is tested on a CPU.
+(docs/guides/gpus.md#the-gpu-check says how the weights and wheels travel). ``--dry-run`` runs
+every section at tiny sizes on the tiny test model (built in code), so the check itself is tested on a CPU.
 """
 from __future__ import annotations
 

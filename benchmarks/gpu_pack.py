@@ -28,7 +28,6 @@ printed, and written to ``.gpu/calls.json``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import shutil
@@ -37,6 +36,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from paw_lightning.callbacks.warmup import file_digest
 from paw_lightning.model import EMBEDDED_GGUF as MODEL
 from paw_lightning.model import EMBEDDED_PACKAGE, _embedded_gguf
 
@@ -130,14 +130,6 @@ def calls(count: int, files: int, model_sha256: str, check_args: str = "") -> li
     return result
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(2**20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def exclude_file() -> Path:
     """The repository's ``info/exclude`` (a worktree's ``.git`` is a file: git names the path)."""
     path = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
@@ -166,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         for f in bundle:
             f.rename(args.dir / str(i) / f.name)
     staging.rmdir()
-    plan = calls(len(packed), len(files), sha256(_embedded_gguf()), args.check_args)
+    plan = calls(len(packed), len(files), file_digest(_embedded_gguf()), args.check_args)
     (args.dir / "calls.json").write_text(json.dumps(plan, indent=1))
     for i, (bundle, call) in enumerate(zip(packed, plan), 1):
         print(f"call {i}: {len(bundle)} files, {sum((args.dir / str(i) / f.name).stat().st_size for f in bundle) / 2**20:.1f} MiB; {json.dumps(call)}")
