@@ -70,7 +70,7 @@ def test_killed_rank_is_named_and_the_run_resumes(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_hung_rank_times_out_with_its_name(tiny_model_dir, tmp_path):
-    fsdp2 = ("-c", str(ROOT / "configs/scale/fsdp2.yaml"), "--trainer.strategy.init_args.timeout=0:00:30")  # also bounds start-up
+    fsdp2 = ("-c", str(ROOT / "configs/scale/fsdp2.yaml"), "--trainer.strategy.init_args.timeout=0:01:00")  # also bounds start-up: rank 1 imports everything on a loaded machine
     proc = start_fit(tiny_model_dir, tmp_path, *fsdp2)
     rank_one = rank_one_after_first_checkpoint(proc, tmp_path)
     rank_one.send_signal(signal.SIGSTOP)

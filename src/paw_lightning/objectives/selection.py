@@ -57,10 +57,8 @@ def select_global_top_alpha(local_entropies: torch.Tensor, alpha: float) -> torc
     local = local_entropies.detach().double().cpu()
     if not distributed.is_distributed():
         return top_alpha_mask(local, alpha)
-    sizes = [None] * distributed.world_size()
-    dist.all_gather_object(sizes, local.numel())
     gathered = [None] * distributed.world_size()
-    dist.all_gather_object(gathered, local.tolist())
+    dist.all_gather_object(gathered, local.tolist())  # one collective: the parts carry their sizes
     everything = torch.tensor([h for part in gathered for h in part], dtype=torch.float64)
-    start = sum(sizes[: distributed.rank()])
+    start = sum(len(part) for part in gathered[: distributed.rank()])
     return top_alpha_mask(everything, alpha)[start : start + local.numel()]

@@ -64,11 +64,17 @@ def average_gradients(params: list[torch.nn.Parameter]) -> None:
     gradients the backward pass already reduced."""
     if not is_distributed() or any(type(p).__name__ == "DTensor" for p in params):
         return
+    groups: dict[tuple, list[torch.Tensor]] = {}  # one all-reduce per dtype and device, not one per parameter
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
-        p.grad /= world_size()
+        groups.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
+    for grads in groups.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= world_size()
+        for g, averaged in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(averaged.view_as(g))
 
 
 def any_across_ranks(flag: bool) -> bool:
