@@ -8,8 +8,10 @@ transformers, and takes at most 64 MiB per call. The check needs, beyond that im
 - the wheels of this project's dependencies that the image lacks (MLflow, jsonargparse, gguf,
   …), of transformers at this machine's version (continuous batching; the image's is older)
   with the packages it needs newer (``KEEP``), and of peft at the version tested with it,
-  for CPython 3.12 on manylinux x86-64, resolved by ``pip download``; the environments the check
-  does not play (ALFWorld's TextWorld, WebShop's search) are left out;
+  for CPython 3.12 on manylinux x86-64, resolved by ``pip download`` at constraints.txt's
+  versions; of the image's own packages only the pure-Python ones travel (small; the image's
+  versions are unknown), its compiled ones (numpy, pandas, pyarrow, …) stay; the environments
+  the check does not play (ALFWorld's TextWorld, WebShop's search) are left out;
 - the embedded SmolLM2-135M GGUF (98 MB), cut into parts.
 
 Files are packed into numbered folders (``.gpu/<i>``, each at most ``--limit-mib``: with the
@@ -44,14 +46,26 @@ ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
 # what the check imports beyond the device image (benchmarks/gpu_check.py's sections play FrozenLake only)
 NEEDED = ["transformers", "jsonargparse", "docstring-parser", "typeshed-client", "omegaconf", "mlflow", "gguf", "hydra-core", "rapidfuzz"]
-# the device image's packages (the device library's KINDS.md, read 2026-11-17); their wheels are not carried
+# the device image's packages (the device library's KINDS.md, read 2026-11-17): their compiled wheels are not carried, their
+# pure-Python ones are (at the tested versions, ~4 MiB in all: the image's versions are unknown, and pydantic, for one, needs
+# typing-extensions ≥ 4.16)
 IMAGE = set("""absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi charset-normalizer
-chex click cloudpickle cmake colorama contourpy coverage cycler cython einops etils execnet filelock flatbuffers fonttools fsspec
-grpcio h11 h5py hf-xet httpcore httpx huggingface-hub idna imageio iniconfig jinja2 joblib kiwisolver lightning lightning-utilities
-lxml markdown markdown-it-py markupsafe matplotlib mdurl ml-dtypes mpmath msgpack multidict networkx ninja numpy packaging pandas
-pathspec peft pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pygments pyparsing pytest pytest-timeout
-pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich safetensors scikit-learn scipy sentencepiece setuptools six
-sympy tabulate tokenizers toolz torch torchmetrics tqdm triton typing-extensions urllib3 werkzeug wheel wrapt yarl zipp""".split())
+chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler
+cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio
+h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt
+jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax
+llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch
+mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc
+nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse
+nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime
+onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft
+pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing
+pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
+pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy seaborn
+sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq
+torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop
+wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split())
 # carried at this machine's versions although the image has them: the new transformers needs them (regex, click: hub's and
 # transformers' lower bounds), and peft at the version tested with it (without its dependencies: they include torch)
 KEEP = {"transformers", "huggingface-hub", "tokenizers", "safetensors", "regex", "click"}
@@ -71,21 +85,26 @@ def requirements(names: list[str]) -> list[str]:
 
 def download(folder: Path) -> list[Path]:
     """The wheels of ``NEEDED`` and ``KEEP`` with their dependencies and of ``WITHOUT_DEPS``
-    without, pinned to this machine's versions, for the device's Python, minus the ones the
-    image has that are not to be replaced."""
+    without, at the versions of constraints.txt (those the tests ran with), for the device's
+    Python, minus the image's compiled packages that are not to be replaced."""
     folder.mkdir(parents=True, exist_ok=True)
     for sdist in BUILT_HERE:  # a pure-Python wheel built here satisfies the download's pin
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), sdist], check=True)
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-           *platforms, "--find-links", str(folder), "-d", str(folder)]
+           *platforms, "--constraint", str(ROOT / "constraints.txt"), "--find-links", str(folder), "-d", str(folder)]
     subprocess.run([*pip, *requirements(NEEDED + sorted(KEEP - set(NEEDED)))], check=True)
     subprocess.run([*pip, "--no-deps", *requirements(WITHOUT_DEPS)], check=True)
-    wheels = sorted(folder.glob("*.whl"))
-    for wheel in wheels:
-        if project(wheel.name) in IMAGE and project(wheel.name) not in KEEP | set(WITHOUT_DEPS):
+    for wheel in sorted(folder.glob("*.whl")):
+        if not carried(wheel.name):
             wheel.unlink()
     return sorted(folder.glob("*.whl"))
+
+
+def carried(wheel: str) -> bool:
+    """Whether a downloaded wheel travels: the image's compiled packages stay the image's."""
+    name = project(wheel)
+    return name not in IMAGE or name in KEEP | set(WITHOUT_DEPS) or wheel.endswith("-none-any.whl")
 
 
 def split(path: Path, folder: Path, part_bytes: int) -> list[Path]:

@@ -87,6 +87,15 @@ def test_the_pack_fills_carries_of_at_most_the_limit_and_the_last_call_runs_the_
     assert gpu_pack.project("Jinja2-3.1.4-py3-none-any.whl") == "jinja2" and gpu_pack.project("mlflow_skinny-3.17.2-py3-none-any.whl") == "mlflow-skinny"
 
 
+def test_the_images_compiled_packages_stay_and_its_pure_python_ones_travel():
+    import gpu_pack
+
+    assert not gpu_pack.carried("numpy-2.4.6-cp312-cp312-manylinux_2_27_x86_64.whl")  # the image's build
+    assert gpu_pack.carried("typing_extensions-4.16.0-py3-none-any.whl")  # the image's version unknown: the tested one travels
+    assert gpu_pack.carried("tokenizers-0.23.3-cp310-abi3-manylinux_2_17_x86_64.whl")  # compiled, but transformers needs it newer
+    assert gpu_pack.carried("mlflow-3.17.2-py3-none-any.whl") and gpu_pack.carried("sqlalchemy-2.1.9-cp312-cp312-manylinux2014_x86_64.whl")
+
+
 def test_the_split_model_joins_back_byte_for_byte(tmp_path):
     import gpu_pack
 
