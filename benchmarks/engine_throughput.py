@@ -23,6 +23,10 @@ random tokens, so rows run to the budget: a speed figure, not a rollout). ``--js
 writes the table. ``hf static`` / ``hf merged static``: ``HFEngine(cache="static")`` (on CUDA
 transformers compiles the decoding step); ``cb``: ``CBEngine`` (continuous batching).
 
+Every engine records the sampled tokens' log-probs, as a run with ``model.old_logprobs:
+rollout`` does: ``cb``'s time includes the scoring forward it runs for them, and its
+``engine_kl`` is that forward's gap (the merged copy's), not the paged sampler's.
+
 The torch engines generate in the run's precision (``--precision config``: ``bf16-mixed`` for
 a bfloat16 ``dtype: auto`` base, as ``fit`` chooses; autocast, as ``PaWModule.forward_context``),
 and π_θ of ``engine_kl`` is computed in it too.

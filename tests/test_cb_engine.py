@@ -111,6 +111,36 @@ def test_a_task_groups_shared_prompt_is_prefilled_once(module):
     assert forwarded[True] < forwarded[False] - 4 * (len(head) // 32 - 1) * 32
 
 
+def test_only_a_prefix_that_rows_share_is_warmed_up(module, monkeypatch):
+    """A row alone in its cluster shares nothing: it gets no warm-up request (which would prefill
+    its prompt twice); the task group's head gets one."""
+    from paw_lightning.rollout import cb_engine
+
+    tok = module.tokenizer
+    head = chat_prompt_ids(tok, "you are in a room. your task is to: put a mug in the sink. " * 4)
+    alone = chat_prompt_ids(tok, "a different task altogether, with its own long description of the room. " * 3)
+    queued, queue = [], cb_engine._queue
+    monkeypatch.setattr(cb_engine, "_queue", lambda manager, states: (queued.append([s.request_id for s in states]), queue(manager, states))[1])
+    CBEngine(page_size=32).sampler(module.lm, tok, 4, False, version=0).generate_ids([head] * 4 + [alone], 0.0, 0, stop=None)
+    assert queued[0] == ["prefix0"] and sorted(queued[1]) == [f"row{i}" for i in range(5)]
+
+
+def test_flash_attention_only_for_a_half_precision_copy(module, monkeypatch):
+    """transformers would switch a float32 copy to FlashAttention where it is installed, whose
+    kernels take half precision only: the engine allows the switch for a float16/bfloat16 copy;
+    ``cb_kwargs`` decides over it."""
+    from paw_lightning.rollout import cb_engine
+
+    Config, Generation, Request = cb_engine._continuous_batching()
+    seen = []
+    monkeypatch.setattr(cb_engine, "_continuous_batching", lambda: (lambda **kw: (seen.append(kw), Config(**kw))[1], Generation, Request))
+    ids = prompt_ids(module)
+    for cb_kwargs in ({}, {"auto_switch_to_flash": True}):
+        CBEngine(cb_kwargs=cb_kwargs).sampler(module.lm, module.tokenizer, 4, False, version=0).generate_ids(ids, 0.0, 0, stop=None)
+    assert [kw["auto_switch_to_flash"] for kw in seen] == [False, True]  # the tiny model is float32
+    assert cb_engine._half(torch.nn.Linear(2, 2, dtype=torch.bfloat16)) and not cb_engine._half(torch.nn.Linear(2, 2))
+
+
 def test_the_copy_follows_the_weights(module):
     engine, ids = CBEngine(), prompt_ids(module)
     before = engine.sampler(module.lm, module.tokenizer, 12, False, version=0).generate_ids(ids, 0.0, 0, stop=None)

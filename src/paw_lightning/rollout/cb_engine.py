@@ -34,8 +34,12 @@ Deliberate simplifications and the limits of transformers' API, measured on 5.23
   in one go; they reuse the prefix's complete pages (``page_size`` tokens each) and prefill the
   rest. ``share_prefixes: false`` skips this.
 - **Cache size.** The cache holds every request of a call whole (no eviction, no CPU
-  offloading: an evicted request would lose its stop-string state); one manager per call
-  (no CUDA-graph reuse across calls). The engine reaches into three attributes of transformers'
+  offloading: an evicted request would lose its stop-string state); one manager per call, so
+  CUDA graphs (``cb_kwargs: {use_cuda_graph: true}``) are captured again at every call.
+- **Attention.** transformers switches the copy to FlashAttention 2 or 3 where the package is
+  installed (and the copy is float16 or bfloat16). Without it, it runs SDPA over the packed
+  rows of a step with one dense mask: each query meets the keys of every row of the batch, so
+  attention grows with the batch squared, and CUDA graphs stay off. The engine reaches into three attributes of transformers'
   manager (its ``input_queue``, its loop's wake-up event and stop status): requests are
   queued as :func:`_stop_request_class` objects, and a finished call stops the idle loop
   without its 0.1 s sleep.
@@ -44,6 +48,7 @@ Deliberate simplifications and the limits of transformers' API, measured on 5.23
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import math
@@ -86,7 +91,8 @@ class CBEngine(HFEngine):
         tis_cap: C of the truncated importance weight when ``off_policy``; ``null``: report the
             gap (``rollout/engine_kl``) only.
         cb_kwargs: further ``transformers.ContinuousBatchingConfig`` arguments, e.g.
-            ``{use_cuda_graph: true, default_compile_level: 1}``.
+            ``{use_cuda_graph: true}`` (captured again at every call: one manager per call) or
+            ``{auto_switch_to_flash: false}`` (default: true for a float16/bfloat16 copy).
     """
 
     def __init__(self, page_size: int = 32, max_batch_tokens: int = 2048, score_rows: int = 8, share_prefixes: bool = True,
@@ -140,12 +146,13 @@ class CBSampler(GenerationEngine):
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {"do_sample": False}
         generation = GenerationConfig(**sampling, max_new_tokens=budget, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         plan = plan_shared_prefixes(prompt_ids) if self.share_prefixes else None
-        prefixes = [p for p in plan.prefixes if len(p) >= engine.page_size] if plan else []
+        rows_of = collections.Counter(plan.cluster_of) if plan else {}  # a one-row cluster shares nothing: no warm-up
+        prefixes = [p for c, p in enumerate(plan.prefixes) if rows_of[c] > 1 and len(p) >= engine.page_size] if plan else []
         pages = sum(math.ceil((len(ids) + budget) / engine.page_size) + 1 for ids in prompt_ids)
         pages += sum(math.ceil(len(p) / engine.page_size) + 2 for p in prefixes)
         config = ContinuousBatchingConfig(page_size=engine.page_size, num_blocks=pages, max_batch_tokens=engine.max_batch_tokens, seed=seed,
                                           allow_block_sharing=bool(prefixes), cpu_offload_space=0.0, safety_margin=0.0,
-                                          **engine.cb_kwargs)
+                                          **{"auto_switch_to_flash": _half(model), **engine.cb_kwargs})
         manager = model.init_continuous_batching(generation_config=generation, continuous_batching_config=config)
         StopRequest, stop_check = _stop_request_class(), _StopCheck(tok, stop)
         states = [StopRequest(request_id=f"row{i}", initial_tokens=list(ids), max_new_tokens=budget, eos_token_id=tok.eos_token_id,
@@ -168,6 +175,12 @@ class CBSampler(GenerationEngine):
                 manager.stop(block=True)
                 manager.destroy()
         return [results[state.request_id] for state in states]
+
+
+def _half(model) -> bool:
+    """Whether transformers may switch the copy to FlashAttention where it is installed: its
+    kernels take float16 and bfloat16 only, and the generation thread has no autocast."""
+    return next(model.parameters()).dtype in (torch.float16, torch.bfloat16)
 
 
 def _request_stop(manager) -> None:

@@ -11,6 +11,7 @@ episodes) prefill it once (:mod:`paw_lightning.rollout.prefix`; one process only
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import weakref
@@ -19,7 +20,7 @@ from typing import Literal
 
 import torch
 from peft.tuners.lora import LoraLayer
-from transformers import GenerationConfig, PreTrainedTokenizerBase, StoppingCriteriaList, StopStringCriteria
+from transformers import GenerationConfig, GenerationMixin, PreTrainedTokenizerBase, StoppingCriteriaList, StopStringCriteria
 
 from paw_lightning.rollout.prefix import left_pad, plan_shared_prefixes, prefill
 from paw_lightning.scale import distributed
@@ -49,6 +50,25 @@ def stop_criterion(tokenizer: PreTrainedTokenizerBase, stop: str | tuple[str, ..
     if key not in per_tokenizer:
         per_tokenizer[key] = StopStringCriteria(tokenizer, list(key))
     return per_tokenizer[key]
+
+
+@contextlib.contextmanager
+def policy_sampling_only(model):
+    """``generate`` fills every field its config leaves unset from the model's own
+    ``generation_config``: a hub model's defaults (Qwen2.5-Instruct's repetition penalty, its
+    ``top_k`` and ``top_p``, suppressed tokens, …) would reshape the distribution it samples from,
+    while the recorded log-probs and the trainer's π_old are the plain policy's. For the call,
+    every transformers model in ``model`` holds a blank config, so unset fields take
+    transformers' neutral global defaults; the models' own are restored after."""
+    owners = [m for m in model.modules() if isinstance(m, GenerationMixin)]
+    saved = [m.generation_config for m in owners]
+    for m in owners:
+        m.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        for m, config in zip(owners, saved):
+            m.generation_config = config
 
 
 @dataclass
@@ -151,8 +171,8 @@ class GenerationEngine:
             cache_implementation="static" if self.cache == "static" else None,
         )
         stopping = StoppingCriteriaList([stop_criterion(self.tokenizer, stop)] if stop else [])
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), policy_sampling_only(self.model):
+            torch.manual_seed(seed)  # also seeds CUDA: the fork restores the trainer's generator after
             out = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
