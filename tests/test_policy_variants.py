@@ -168,3 +168,18 @@ def test_bad_values_are_refused_with_the_key():
     with pytest.raises(ValueError, match="clip_ratio_c"):
         PolicyObjective(clip_ratio_c=1.0)
     PolicyObjective(aggregation="token-mean", loss_norm_tokens=512)  # read only by seq-mean-token-sum-norm
+
+
+def test_dr_grpo_divides_by_the_runs_generation_budget(tiny_model_dir, tmp_path, monkeypatch):
+    """The recipe leaves L null: ``fit`` reads the run's ``data.rollout.max_new_tokens``; a
+    number given stays."""
+    from paw_lightning.cli import PawCLI
+
+    from helpers import ROOT, tiny_args
+
+    monkeypatch.chdir(tmp_path)
+    recipe = ("-c", str(ROOT / "configs/algorithms/dr_grpo.yaml"))
+    for extra, expected in (((), 12), (("--data.rollout.max_new_tokens=24",), 24), (("--model.policy_objective.init_args.loss_norm_tokens=512",), 512)):
+        cli = PawCLI(args=tiny_args(tiny_model_dir, tmp_path, *recipe, *extra), run=False)  # tests/configs/tiny.yaml's budget: 12
+        assert cli.model.policy_objective.aggregation == "seq-mean-token-sum-norm"
+        assert cli.model.policy_objective.loss_norm_tokens == expected

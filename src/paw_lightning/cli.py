@@ -148,7 +148,7 @@ class PawCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Torch threads (``threads``), the SIGTERM deadline (``stop_deadline_s``,
-        :mod:`paw_lightning.training.stop_deadline`), ``bf16-mixed`` for an unset
+        :mod:`paw_lightning.training.stop_deadline`), Dr. GRPO's L (:func:`budget_as_loss_norm`), ``bf16-mixed`` for an unset
         ``trainer.precision`` with a bfloat16 ``dtype: auto`` base (:mod:`paw_lightning.training.precision`); ``fit --ckpt_path=…``: log into the MLflow
         run the checkpoint was written by."""
         config = self.config[self.subcommand] if self.subcommand is not None else self.config
@@ -157,6 +157,7 @@ class PawCLI(LightningCLI):
             if chosen:
                 print(chosen, file=sys.stderr)
             stop_deadline.install(config.get("stop_deadline_s"))
+        budget_as_loss_norm(config)
         config.trainer.precision, chosen = auto_precision(config.trainer.precision, config.model.lm.dtype, config.trainer.accelerator)
         if chosen:
             print(chosen, file=sys.stderr)
@@ -205,6 +206,15 @@ class PawCLI(LightningCLI):
                 "trainer.gradient_clip_val is not used: PaWModule optimises manually (micro-batches); "
                 f"set model.max_grad_norm={self.trainer.gradient_clip_val} instead"
             )
+
+
+def budget_as_loss_norm(config) -> None:
+    """``seq-mean-token-sum-norm`` (Dr. GRPO) divides by a constant L, the generation budget:
+    ``loss_norm_tokens: null`` there takes ``data.rollout.max_new_tokens``, so the recipe follows
+    the environment's budget (one home for it). A number given stays."""
+    args = getattr(config.model.get("policy_objective"), "init_args", None)
+    if args is not None and args.get("aggregation") == "seq-mean-token-sum-norm" and args.get("loss_norm_tokens") is None:
+        args.loss_norm_tokens = config.data.rollout.max_new_tokens
 
 
 def _raised_while_restoring(err: BaseException) -> bool:

@@ -27,7 +27,7 @@ def canonical(mode: str, norm_tokens: int | None = None) -> str:
     if mode not in MODES:
         raise ValueError(f"unknown aggregation {mode!r}: choose one of {', '.join(MODES)} (or sequence-mean, an alias of seq-mean-token-mean)")
     if mode == "seq-mean-token-sum-norm" and (norm_tokens is None or norm_tokens < 1):
-        raise ValueError(f"aggregation seq-mean-token-sum-norm divides by a constant L: set loss_norm_tokens (≥ 1, the generation budget data.rollout.max_new_tokens), got {norm_tokens}")
+        raise ValueError(f"aggregation seq-mean-token-sum-norm divides by a constant L: set loss_norm_tokens (≥ 1; fit fills in the generation budget data.rollout.max_new_tokens for null), got {norm_tokens}")
     return mode
 
 

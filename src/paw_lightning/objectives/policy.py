@@ -116,7 +116,8 @@ class PolicyObjective:
                 responses lose as often as valid ones, they get A = 0 and nothing pulls the
                 format back (docs/results/learning.md#format-guard).
             loss_norm_tokens: L of ``seq-mean-token-sum-norm`` (required there, read nowhere
-                else): a constant, the generation budget ``data.rollout.max_new_tokens``.
+                else): a constant, the generation budget; ``fit`` fills in
+                ``data.rollout.max_new_tokens`` where it is null.
             importance_sampling: ``token`` (ρ per token) or ``sequence`` (GSPO's s_i; the clip
                 range then applies to s_i, GSPO uses clip_low 3e-4, clip_high 4e-4).
             clip_ratio_c: c > 1 of the dual clip for A < 0 (verl's default 3.0); ``None``: off.
