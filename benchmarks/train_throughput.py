@@ -83,7 +83,7 @@ from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_s
 from paw_lightning.testing import build_tiny_tokenizer
 
 # Dense bf16 tensor-core peak, TFLOPS; the first key contained in the device name wins.
-PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200 NVL": 835.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
 # Qwen2.5-1.5B's published config.json dimensions.
 RANDOM_CONFIGS = {"1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
                            "vocab_size": 151936, "tie_word_embeddings": True, "rope_theta": 1e6, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6}}
@@ -256,7 +256,8 @@ def read_tokens(args) -> int:
 
 
 def profile_top_kernels(step, device: torch.device, rows: int = 12) -> str:
-    """The top ``rows`` kernels (CUDA) or operators (CPU) of one ``step`` by self time."""
+    """The top ``rows`` entries of one ``step`` by self time: operators and, on CUDA, their
+    kernels too (a GEMM shows as its ``aten::`` operator and as its kernel)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
