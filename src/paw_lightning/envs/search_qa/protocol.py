@@ -2,7 +2,8 @@
 
 ``parse`` reads the response with the framework's parser (:func:`paw_lightning.envs.actions.parse_action`
 with the ``search`` prompt style's tags), so the environment and the collector's invalid count always agree: the
-first well-formed, non-empty span of either tag decides; none is an invalid response.
+first well-formed span of either tag decides, and an empty one, like none, is an invalid
+response (Search-R1 would end the episode at an empty ``<answer></answer>`` with EM 0).
 ``information`` renders retrieved passages as Search-R1 does (``Doc i(Title: t) text``).
 """
 from __future__ import annotations
