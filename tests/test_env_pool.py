@@ -171,7 +171,8 @@ def test_collector_counts_cut_observations():
         trajs = Collector(pool, AlwaysRight(), PromptBuilder("frozenlake"), max_steps=2, invalid_penalty=0.0).collect([(0, 11), (1, 12)], 1, 1.0, seed=0, progress=False)
     assert [t.truncated_observations for t in trajs] == [1, 0]
     metrics = episode_metrics(trajs)
-    assert metrics["obs_truncated_rate"] == pytest.approx(1 / sum(len(t.steps) for t in trajs)) and metrics["env_error_rate"] == 0.0
+    observations = sum(len(t.steps) + 1 for t in trajs)  # each episode's reset observation and one per step
+    assert metrics["obs_truncated_rate"] == pytest.approx(1 / observations) and metrics["env_error_rate"] == 0.0
 
 
 @pytest.mark.slow

@@ -106,7 +106,11 @@ def test_engine_cuts_at_stop_string_and_eos(tiny_model_dir):
     assert tokenizer.decode(cut) == "<think>a</think><action>Up</action>"
     eos = tokenizer.eos_token_id
     assert engine._cut([5, 6, eos, eos, eos]) == [5, 6, eos]
-    assert engine._cut([5, 6, tokenizer.pad_token_id]) == [5, 6]
+    pad = tokenizer.pad_token_id
+    assert pad != eos
+    assert engine._cut([5, 6, pad]) == [5, 6] and engine._cut([5, 6, pad, pad]) == [5, 6]  # a finished row's padding
+    assert engine._cut([5, pad, 6, 7]) == [5, pad, 6, 7]  # a pad token sampled inside the response is one of its tokens
+    assert engine._cut([pad, pad]) == [pad]  # never empty: the row's first token was sampled
 
 
 def test_stop_criterion_fires_on_the_stop_string_and_is_built_once(tiny_model_dir, monkeypatch):

@@ -1,4 +1,5 @@
-"""Every rank gets the global rollout counts and episode metrics (2 CPU processes, gloo)."""
+"""Every rank gets the global rollout counts and episode metrics, rates from counts added up
+over the ranks (2 CPU processes, gloo)."""
 from __future__ import annotations
 
 import pytest
@@ -29,10 +30,12 @@ def _worker(rank: int, port: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         trajectories = [trajectory(*play) for play in PLAYS[rank]]
+        trajectories[-1].truncated_observations = rank  # rank 1's last episode had one observation cut
         metrics = episode_metrics(trajectories)
         counts = rollout_counts(len(trajectories), sum(len(t.steps) for t in trajectories), sum(t.invalid_steps for t in trajectories),
                                 sum(t.won for t in trajectories), flat=rank == 0)
-        results[rank] = (metrics["top_action_share"], {k: v for k, v in metrics.items() if k.startswith("success_rate/")}, counts)
+        results[rank] = (metrics["top_action_share"], {k: v for k, v in metrics.items() if k.startswith("success_rate/")}, counts,
+                         metrics["invalid_rate"], metrics["obs_truncated_rate"])
     finally:
         dist.destroy_process_group()
 
@@ -41,8 +44,10 @@ def test_counts_and_shares_are_global_on_every_rank():
     results = mp.Manager().dict()
     mp.spawn(_worker, args=(free_port(), results), nprocs=2, join=True)
     for rank in (0, 1):
-        share, by_type, counts = results[rank]
+        share, by_type, counts, invalid_rate, truncated_rate = results[rank]
         assert share == pytest.approx(3 / 4)  # Up on 3 of the 4 valid steps (rank 0 alone: 1.0, rank 1 alone: 0.5)
+        assert invalid_rate == pytest.approx(1 / 5)  # 1 invalid of 5 steps (the ranks' own rates 0 and 1/3 average to 1/6)
+        assert truncated_rate == pytest.approx(1 / 8)  # 1 cut of 5 step observations + 3 reset ones
         assert by_type == {"success_rate/heat": 0.0, "success_rate/pick": 1.0}
         assert (counts.episodes, counts.steps, counts.invalid_steps, counts.wins) == (3, 5, 1, 1)
         assert counts.flat is False  # flat on rank 0 only

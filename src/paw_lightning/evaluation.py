@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torchmetrics.functional.text import char_error_rate
 
 from paw_lightning.metrics import episode_metrics, pass_at_k_metrics
 from paw_lightning.rollout.collector import derive_seed
 from paw_lightning.rollout.dream.lm import generate_observations
-from paw_lightning.rollout.dream.measures import DreamRecords, dream_metrics
+from paw_lightning.rollout.dream.measures import DreamRecords, dream_metrics, edit_distance
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.rollout.played import PlayedEpisodes
 from paw_lightning.rollout.samples import RolloutBuffer, spread_indices
@@ -116,10 +115,14 @@ def predict_observations(lm, tokenizer, buffer: RolloutBuffer, n: int) -> tuple[
     engine = GenerationEngine(lm, tokenizer, max([1, *lengths]))  # this rank's budget; the call takes the longest of all ranks
     preds = generate_observations(engine, tokenizer, contexts, lengths)
     predictions = dict(zip(indices, preds))
-    if not preds:
+    # every rank's counts added up (ranks may hold different numbers of targets; one with none
+    # still takes part, so every rank logs the same keys): corpus CER = edits / reference characters
+    matches, count, edits, chars = distributed.sum_each_across_ranks([sum(p == t for p, t in zip(preds, targets)), len(preds),
+                                                                     sum(edit_distance(p, t) for p, t in zip(preds, targets)),
+                                                                     sum(map(len, targets))])
+    if not count:
         return {}, predictions
-    metrics = {"exact_match": sum(p == t for p, t in zip(preds, targets)) / len(preds), "cer": float(char_error_rate(preds, targets))}
-    return metrics, predictions
+    return {"exact_match": matches / count, "cer": edits / max(chars, 1)}, predictions
 
 
 def dream_results(records: DreamRecords) -> dict[str, float]:

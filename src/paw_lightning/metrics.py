@@ -21,23 +21,27 @@ TASK_TYPE_NAMES = {  # ALFWorld's result-table columns
 
 
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Means over episodes; ``invalid_rate`` is invalid steps / all steps;
+    """Means over episodes (every rank plays as many, so the module's ``sync_dist`` mean of
+    them is the global mean); ``invalid_rate`` (invalid steps / all steps) and
+    ``obs_truncated_rate`` (observations the pool cut / all observations, the reset's
+    included) from every rank's counts added up, since ranks play different numbers of steps;
     ``top_action_share`` (:func:`top_action_share`) and ``success_rate/<type>`` for each task
-    type played (:func:`task_type_success`), both over every rank's episodes (a collective:
-    every rank calls this); ``obs_truncated_rate``: steps whose observation the pool cut;
-    ``score`` (WebShop's Score, mean r × 100) when the environment reports ``info["score"]``."""
+    type played (:func:`task_type_success`), both over every rank's episodes; ``score``
+    (WebShop's Score, mean r × 100) when the environment reports ``info["score"]``. A
+    collective: every rank calls this."""
     n = max(len(trajectories), 1)
     steps = sum(len(t.steps) for t in trajectories)
     scored = [t.score for t in trajectories if t.score is not None]
-    truncated = sum(t.truncated_observations for t in trajectories)  # steps
+    invalid, truncated, all_steps, observations = distributed.sum_each_across_ranks(
+        [sum(t.invalid_steps for t in trajectories), sum(t.truncated_observations for t in trajectories), steps, steps + len(trajectories)])
     counts = EpisodeCounts.of(trajectories).gathered()
     return {
         "success_rate": sum(t.won for t in trajectories) / n,
         "return_mean": sum(t.total_return for t in trajectories) / n,
         "episode_length": steps / n,
-        "invalid_rate": sum(t.invalid_steps for t in trajectories) / max(steps, 1),
+        "invalid_rate": invalid / max(all_steps, 1),
         "env_error_rate": sum(t.error is not None for t in trajectories) / n,
-        "obs_truncated_rate": truncated / max(steps, 1),  # every rank logs every key (sync_dist collectives)
+        "obs_truncated_rate": truncated / max(observations, 1),  # every rank logs every key (sync_dist collectives)
         "top_action_share": top_action_share(counts.actions),
         **task_type_success(counts.played, counts.won),
         **({"score": 100 * sum(scored) / n} if scored else {}),  # WebShop's Score: mean r × 100 (unscored episodes: 0)

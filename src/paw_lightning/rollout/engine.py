@@ -191,19 +191,23 @@ class GenerationEngine:
 
     def _cut(self, row: list[int], stop: str | None = "</action>") -> list[int]:
         """Keep tokens up to and including the first end-of-turn token or the token completing
-        the stop string; everything after it is padding from finished rows."""
+        the stop string; what follows is padding from finished rows. A row's trailing pad tokens
+        are that padding too; a pad token the policy sampled inside a response (Qwen's pad,
+        ``<|endoftext|>``, is not its end-of-turn token) is one of its tokens and stays, and a
+        row keeps at least one token."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        end = len(row)
+        while end > 1 and row[end - 1] == pad:
+            end -= 1
         text = ""
-        for i, token in enumerate(row):
+        for i, token in enumerate(row[:end]):
             if token == eos:
                 return row[: i + 1]
-            if token == pad:
-                return row[:i]
             if stop:
                 text += self.tokenizer.decode([token])
                 if stopped(text, stop):
                     return row[: i + 1]
-        return row
+        return row[:end]
 
 
 class RolloutEngine:
