@@ -148,8 +148,9 @@ class PawCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Torch threads (``threads``), the SIGTERM deadline (``stop_deadline_s``,
-        :mod:`paw_lightning.training.stop_deadline`), Dr. GRPO's L (:func:`budget_as_loss_norm`), ``bf16-mixed`` for an unset
-        ``trainer.precision`` with a bfloat16 ``dtype: auto`` base (:mod:`paw_lightning.training.precision`); ``fit --ckpt_path=…``: log into the MLflow
+        :mod:`paw_lightning.training.stop_deadline`), Dr. GRPO's L (:func:`budget_as_loss_norm`),
+        ``bf16-mixed`` for an unset ``trainer.precision`` with a bfloat16 ``dtype: auto`` base
+        (:mod:`paw_lightning.training.precision`); ``fit --ckpt_path=…``: log into the MLflow
         run the checkpoint was written by."""
         config = self.config[self.subcommand] if self.subcommand is not None else self.config
         if self.subcommand is not None:

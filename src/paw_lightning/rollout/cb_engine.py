@@ -35,14 +35,14 @@ Deliberate simplifications and the limits of transformers' API, measured on 5.23
   rest. ``share_prefixes: false`` skips this.
 - **Cache size.** The cache holds every request of a call whole (no eviction, no CPU
   offloading: an evicted request would lose its stop-string state); one manager per call, so
-  CUDA graphs (``cb_kwargs: {use_cuda_graph: true}``) are captured again at every call.
+  CUDA graphs (``cb_kwargs: {use_cuda_graph: true}``) are captured again at every call. The
+  engine reaches into three attributes of transformers' manager (its ``input_queue``, its
+  loop's wake-up event and stop status): requests are queued as :func:`_stop_request_class`
+  objects, and a finished call stops the idle loop without its 0.1 s sleep.
 - **Attention.** transformers switches the copy to FlashAttention 2 or 3 where the package is
   installed (and the copy is float16 or bfloat16). Without it, it runs SDPA over the packed
   rows of a step with one dense mask: each query meets the keys of every row of the batch, so
-  attention grows with the batch squared, and CUDA graphs stay off. The engine reaches into three attributes of transformers'
-  manager (its ``input_queue``, its loop's wake-up event and stop status): requests are
-  queued as :func:`_stop_request_class` objects, and a finished call stops the idle loop
-  without its 0.1 s sleep.
+  attention grows with the batch squared, and CUDA graphs stay off.
 - The generation thread does not inherit the caller's autocast: the copy computes in its own
   dtype. One process, unquantized base (as the merged copy).
 """
