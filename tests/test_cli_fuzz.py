@@ -47,6 +47,7 @@ OUT_OF_RANGE = [
     "--model.world_model_objective.init_args.entropy=guess", "--model.policy_objective.init_args.kl_estimator=k9",
     "--model.policy_objective.init_args.aggregation=mean", "--model.old_logprobs=cached", "--data.rollout.prompt_style=fancy",
     "--model.policy_objective.init_args.aggregation=seq-mean-token-sum-norm --model.policy_objective.init_args.loss_norm_tokens=0",
+    "--ckpt_path=last", "--ckpt_path=best",  # Lightning would look in the new run's own checkpoint folder
     "--model.policy_objective.init_args.clip_ratio_c=0.5", "--model.policy_objective.init_args.importance_sampling=trajectory",
     "--model.world_model_objective.init_args.balancer.init_args.r_max=0",
     "--model.world_model_objective.init_args.balancer.init_args.r_max=-10",

@@ -23,6 +23,7 @@ def test_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch)
     (ckpt,) = cut_dir.glob("runs/**/last.ckpt")
     checkpoint = torch.load(ckpt, weights_only=False)
     assert "rng_states" in checkpoint and checkpoint["optimizer_states"]
+    assert checkpoint["nonfinite_steps"] == {"skipped": 0, "consecutive": 0}  # a resumed run counts skipped steps on from these
     assert checkpoint["state_dict"] and all("lora_" in k for k in checkpoint["state_dict"]), "only LoRA weights are saved"
     main(["fit", *tiny_args(tiny_model_dir, cut_dir, "--trainer.max_epochs=3", *common), f"--ckpt_path={ckpt}"])
 
@@ -33,6 +34,19 @@ def test_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch)
         continued = metric_history(client_cut, resumed, key)
         assert len(uninterrupted) == len(continued) == 3, key
         assert all(abs(a - b) < 1e-5 for a, b in zip(uninterrupted, continued)), (key, uninterrupted, continued)
+
+
+def test_a_resume_trains_at_the_configs_learning_rate(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The advice for a run stopped by non-finite steps: resume with a lower learning rate. The
+    checkpoint's optimizer state would bring the old one back; the config's is used, and said."""
+    monkeypatch.chdir(tmp_path)
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=1", "--model.optimizer.init_args.lr=0.01")])
+    (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
+    capsys.readouterr()
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=2", "--model.optimizer.init_args.lr=0.001"), f"--ckpt_path={ckpt}"])
+    assert "optimizer: the config's settings replace the checkpoint's: lr 0.01 → 0.001" in capsys.readouterr().err
+    (group,) = torch.load(ckpt, weights_only=False)["optimizer_states"][0]["param_groups"]
+    assert group["lr"] == 0.001  # the epoch after the resume trained, and was saved, at the new rate
 
 
 def test_validate_base_model_and_test_a_checkpoint(tiny_model_dir, tmp_path, monkeypatch):

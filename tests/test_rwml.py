@@ -139,6 +139,7 @@ def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model
     fixed = make_env_factory("frozenlake", size=4, slippery=False)().reset(0)[0]
     monkeypatch.setattr(module, "sampler", lambda max_new_tokens, token_stats=False: FixedPrediction(module.tokenizer, fixed))
     before = {n: p.detach().clone() for n, p in module.lm.named_parameters() if p.requires_grad}
+    updates = module.offline_updates
     stage = RWMLData(tasks=6, episodes_per_task=2, eval_tasks=2, max_steps=4, actions="random_valid", samples=3, keep_easy=keep_easy,
                      epochs=1, lr=1e-2, start_from_filter=start_from_filter, progress=False)
     stats = stage.prepare(module, rwml_datamodule(tmp_path), contextlib.nullcontext)
@@ -152,6 +153,8 @@ def test_data_stage_subsamples_easy_triplets_and_restores_the_weights(tiny_model
     assert kept == expected and stats["kept"] == len(expected)
     changed = [not torch.equal(before[n], p) for n, p in module.lm.named_parameters() if p.requires_grad]
     assert any(changed) == start_from_filter and stage.losses  # the filter SFT ran either way
+    # the weights' version moves at the filter SFT and again when they are put back: an engine's copy follows
+    assert module.offline_updates - updates == (1 if start_from_filter else 2)
     out = capsys.readouterr().out
     assert f"RWML filter SFT: {round(0.1 * stats['triplets'])} triplets with their true next observation, 1 epoch, " in out
     assert stats["wrong_copy_reward_rate"] == 1.0 and "warning: RWML's reward (τ_d 0.2, embedder 'embedded') rewards the wrong prediction" in out

@@ -138,10 +138,15 @@ class PawCLI(LightningCLI):
         """``--ckpt_path``: opened here (:func:`~paw_lightning.input_files.check_checkpoint`, tensors
         left on disk) before Lightning's own parse would ``torch.load`` a damaged file with a
         traceback; Lightning's step (the model's hyper-parameters, which paw_lightning's
-        checkpoints do not hold) runs only for a checkpoint that has them."""
+        checkpoints do not hold) runs only for a checkpoint that has them. Lightning's ``last`` and
+        ``best`` are refused: they look in the new run's checkpoint folder, which is named after
+        its new MLflow run, so they would find nothing and start afresh in another MLflow run."""
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if not path or str(path) in ("last", "best", "hpc") or str(path).startswith("registry") or "://" in str(path):
+        if str(path) in ("last", "best"):
+            raise ValueError(f"ckpt_path '{path}': name the checkpoint file, e.g. runs/<experiment id>/<run id>/checkpoints/last.ckpt "
+                             f"(each MLflow run keeps its own checkpoint folder: '{path}' would find none there and start afresh)")
+        if not path or str(path) == "hpc" or str(path).startswith("registry") or "://" in str(path):
             return  # a name Lightning resolves itself, or a remote file
         if "hyper_parameters" in check_checkpoint(str(path), "ckpt_path", resume=subcommand == "fit"):
             super()._parse_ckpt_path()

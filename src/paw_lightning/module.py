@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Literal
@@ -43,6 +44,7 @@ from paw_lightning.scale.fsdp import fsdp_mixed_precision, gathered_for_generati
 from paw_lightning.scale import checkpointing
 from paw_lightning.training.memory import peak_memory_gib
 from paw_lightning.training.microbatch import matched_across_ranks, micro_batches
+from paw_lightning.training import optimizer_settings
 from paw_lightning.training.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.training.perf import EpochClock
 from paw_lightning.training.rollout_watch import RolloutWatch, rollout_counts
@@ -274,9 +276,16 @@ class PaWModule(LightningModule):
 
     def configure_optimizers(self):
         actor = [p for n, p in self.named_parameters() if p.requires_grad and not n.startswith("critic.")]
-        if self.critic is None:
-            return self.optimizer_factory(actor)
-        return self.optimizer_factory([{"params": actor}, self.critic.parameter_group()])
+        optimizer = self.optimizer_factory(actor if self.critic is None else [{"params": actor}, self.critic.parameter_group()])
+        self.configured_optimizer = optimizer_settings.configured(optimizer)  # re-applied after a resume
+        return optimizer
+
+    def on_train_start(self) -> None:
+        """After a resume, the optimizer's settings are the config's again
+        (:mod:`paw_lightning.training.optimizer_settings`), its moments the checkpoint's."""
+        changes = optimizer_settings.reapply(self.trainer.optimizers[0], self.configured_optimizer)
+        if changes and distributed.rank() == 0:
+            print(f"optimizer: the config's settings replace the checkpoint's: {', '.join(changes)}", file=sys.stderr)
 
     def on_fit_start(self) -> None:
         trainer = self.trainer
@@ -491,6 +500,7 @@ class PaWModule(LightningModule):
         if "optimizer_states" in checkpoint:
             checkpoint["optimizer_states"] = [checkpointing.optimizer_state_dict(self, opt) for opt in self.trainer.optimizers]
         checkpoint["rng_states"] = checkpointing.rng_states()
+        checkpoint["nonfinite_steps"] = self.nonfinite.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.checkpoint_epoch = checkpoint.get("epoch")  # names the evaluation reports of validate / test
@@ -504,3 +514,4 @@ class PaWModule(LightningModule):
             )
         if checkpoint.get("rng_states"):
             checkpointing.restore_rng_states(checkpoint["rng_states"])
+        self.nonfinite.load_state_dict(checkpoint.get("nonfinite_steps", {}))

@@ -131,6 +131,7 @@ class RWMLData(BehaviourCloningWarmup):
                 for name, param in pl_module.lm.named_parameters():
                     if name in initial:
                         param.copy_(initial[name])
+            pl_module.weights_changed()  # an engine that samples from a copy (merged, CTranslate2, vLLM) holds the filter model's
         easy = easy_mask(rewards.mean(1), self.tau_easy).float().mean().item()
         stats = {"triplets": float(len(triplets)), "filter_triplets": float(n_filter), "eval_triplets": float(len(held_out)),
                  "filter_reward_rate": rewards.mean().item(), "easy_fraction": easy, "kept": float(kept.sum()), "filter_loss": losses[-1] if losses else float("nan")}

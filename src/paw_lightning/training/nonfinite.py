@@ -44,6 +44,13 @@ class NonFiniteGuard:
         self.skipped = 0  # over the run (this process)
         self.consecutive = 0
 
+    def state_dict(self) -> dict[str, int]:
+        """The counts a checkpoint keeps, so that a resumed run counts on from them."""
+        return {"skipped": self.skipped, "consecutive": self.consecutive}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.skipped, self.consecutive = int(state.get("skipped", 0)), int(state.get("consecutive", 0))
+
     def step_ok(self, finite: bool, describe: Callable[[], str]) -> bool:
         """Record one optimizer step's verdict; ``describe()`` names the step in the warning and
         the error. Returns ``finite``: take the step or not."""
