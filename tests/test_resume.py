@@ -44,9 +44,15 @@ def test_a_resume_trains_at_the_configs_learning_rate(tiny_model_dir, tmp_path, 
     (ckpt,) = tmp_path.glob("runs/**/last.ckpt")
     capsys.readouterr()
     main(["fit", *tiny_args(tiny_model_dir, tmp_path, "--trainer.max_epochs=2", "--model.optimizer.init_args.lr=0.001"), f"--ckpt_path={ckpt}"])
-    assert "optimizer: the config's settings replace the checkpoint's: lr 0.01 → 0.001" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "optimizer: the config's settings replace the checkpoint's: lr 0.01 → 0.001" in err
     (group,) = torch.load(ckpt, weights_only=False)["optimizer_states"][0]["param_groups"]
     assert group["lr"] == 0.001  # the epoch after the resume trained, and was saved, at the new rate
+    # the resume names what it changed against the run's logged config (not the run's length), and tags the run with it
+    (warning,) = [line for line in err.splitlines() if line.startswith("warning: resuming MLflow run")]
+    assert warning.endswith("with 1 setting changed from its config: model.optimizer.init_args.lr: 0.01 → 0.001"), warning
+    _, (run,) = mlflow_runs(tmp_path)
+    assert run.data.tags["resume.changed"] == "model.optimizer.init_args.lr: 0.01 → 0.001"
 
 
 def test_validate_base_model_and_test_a_checkpoint(tiny_model_dir, tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 import torch
@@ -21,6 +22,7 @@ from paw_lightning.envs import tagged_env_kwargs
 from paw_lightning.model import weights_dtype
 from paw_lightning.tracking.artifacts import mlflow_logger
 from paw_lightning.tracking.logger import git_sha
+from paw_lightning.tracking.resumed_config import changed_settings, logged_config
 
 
 ALGORITHM_NAMES = {"GAE": "ppo"}  # the `algorithm` tag: the advantage estimator's name, lower case, except PPO
@@ -84,7 +86,8 @@ def runtime_tags(trainer, pl_module) -> dict[str, str]:
 
 class MLflowSaveConfigCallback(SaveConfigCallback):
     """Saves the resolved config as the run's ``config.yaml`` artifact, plus git SHA, seed and
-    the tags that let the MLflow UI group runs (environment, algorithm, objectives)."""
+    the tags that let the MLflow UI group runs (environment, algorithm, objectives); a resume
+    says which settings it changed (:mod:`paw_lightning.tracking.resumed_config`)."""
 
     def __init__(self, parser, config, **kwargs):
         kwargs["save_to_log_dir"] = False
@@ -95,7 +98,14 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
         if logger is None:
             return
         client, run_id = logger.experiment, logger.run_id
-        client.log_text(run_id, self.parser.dump(self.config, skip_none=False), self.config_filename)
+        dumped = self.parser.dump(self.config, skip_none=False)
+        before = logged_config(client, run_id, self.config_filename) if getattr(logger, "_resuming", False) else None
+        changed = changed_settings(before, dumped) if before is not None else []
+        if changed:
+            print(f"warning: resuming MLflow run {run_id} with {len(changed)} setting{'s' if len(changed) > 1 else ''} changed from "
+                  f"its config: {'; '.join(changed)}", file=sys.stderr)
+            client.set_tag(run_id, "resume.changed", "; ".join(changed)[:4000])
+        client.log_text(run_id, dumped, self.config_filename)
         sha = git_sha()
         datamodule = trainer.datamodule
         wm = pl_module.world_model_objective
