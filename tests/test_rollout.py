@@ -111,6 +111,8 @@ def test_engine_cuts_at_stop_string_and_eos(tiny_model_dir):
     assert engine._cut([5, 6, pad]) == [5, 6] and engine._cut([5, 6, pad, pad]) == [5, 6]  # a finished row's padding
     assert engine._cut([5, pad, 6, 7]) == [5, pad, 6, 7]  # a pad token sampled inside the response is one of its tokens
     assert engine._cut([pad, pad]) == [pad]  # never empty: the row's first token was sampled
+    tokenizer.pad_token = tokenizer.eos_token  # SmolLM2's: the pad is the end-of-turn token, which ends the response and stays
+    assert engine._cut([5, 6, eos, eos, eos]) == [5, 6, eos] and engine._cut([5, eos]) == [5, eos]
 
 
 def test_stop_criterion_fires_on_the_stop_string_and_is_built_once(tiny_model_dir, monkeypatch):

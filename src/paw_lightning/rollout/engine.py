@@ -191,13 +191,13 @@ class GenerationEngine:
 
     def _cut(self, row: list[int], stop: str | None = "</action>") -> list[int]:
         """Keep tokens up to and including the first end-of-turn token or the token completing
-        the stop string; what follows is padding from finished rows. A row's trailing pad tokens
-        are that padding too; a pad token the policy sampled inside a response (Qwen's pad,
-        ``<|endoftext|>``, is not its end-of-turn token) is one of its tokens and stays, and a
-        row keeps at least one token."""
+        the stop string; what follows is padding from finished rows. Where the pad token is not
+        the end-of-turn token (Qwen's pad is ``<|endoftext|>``), a row's trailing pad tokens are
+        that padding too, while a pad token the policy sampled inside a response is one of its
+        tokens and stays; a row keeps at least one token."""
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         end = len(row)
-        while end > 1 and row[end - 1] == pad:
+        while pad != eos and end > 1 and row[end - 1] == pad:
             end -= 1
         text = ""
         for i, token in enumerate(row[:end]):
