@@ -225,7 +225,7 @@ def test_reset_step_semantics():
     obs, reward, done, info = env.step("help")
     assert info["action_recognised"] and "Available commands" in obs and not done
     goto = next(a for a in info["admissible_actions"] if a.startswith("go to "))
-    obs, reward, done, info = env.step(" " + goto.capitalize())  # "Go to cabinet 1": the command, as verl-agent reads it
+    obs, reward, done, info = env.step(goto)
     assert obs.startswith(f"You arrive at {goto[len('go to '):]}.") and info["action_recognised"]
 
     _obs, info0 = env.reset(seed=1)  # a reset replays the same game from its start

@@ -192,10 +192,9 @@ class AlfWorldEnv:
             raise EnvError("ALFWorld episode is not running: call reset() first")
         from paw_lightning.envs.alfworld import engine
 
-        command = action.strip().lower()  # ALFWorld's commands are lower case; verl-agent lower-cases the action too
-        recognised = command in self._valid
+        recognised = action.strip() in self._valid
         with engine.engine_speedups():
-            obs, _score, _done, infos = self._env.step(command)
+            obs, _score, _done, infos = self._env.step(action)
         won = bool(infos["won"])
         self._running = not won
         info = self._info(infos)
