@@ -60,7 +60,7 @@ def test_the_dry_run_writes_a_report_with_every_section(tmp_path):
     for batch in (2, 4):
         for engine in ("hf", "hf merged", "hf merged static", "cb"):
             assert f"| tiny-model | {batch} | {engine} |" in report
-    assert "MFU" in report and "Top kernels" in report
+    assert "MFU" in report and "Top operators and kernels" in report
     assert "gigpo_verl + vanilla" in report and "gigpo_verl + paw" in report
 
 
