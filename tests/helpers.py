@@ -22,6 +22,8 @@ from pathlib import Path
 import mlflow
 import torch
 
+from paw_lightning.tracking.resumed_config import flat
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -74,11 +76,7 @@ def small_warmup(workdir: Path) -> str:
     return str(path)
 
 
-def flatten(tree, prefix: str = "") -> dict[str, object]:
-    """Nested dicts → {dotted key: leaf} (lists, None and empty dicts are leaves)."""
-    if not isinstance(tree, dict) or not tree:
-        return {prefix: tree}
-    return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}.{key}" if prefix else key).items()}
+flatten = flat  # nested dicts → {dotted key: leaf} (lists, None and empty dicts are leaves)
 
 
 def mlflow_runs(workdir: Path, experiment: str = "frozenlake"):

@@ -146,8 +146,8 @@ class CBSampler(GenerationEngine):
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {"do_sample": False}
         generation = GenerationConfig(**sampling, max_new_tokens=budget, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         plan = plan_shared_prefixes(prompt_ids) if self.share_prefixes else None
-        rows_of = collections.Counter(plan.cluster_of) if plan else {}  # a one-row cluster shares nothing: no warm-up
-        prefixes = [p for c, p in enumerate(plan.prefixes) if rows_of[c] > 1 and len(p) >= engine.page_size] if plan else []
+        rows_of = collections.Counter(plan.cluster_of if plan else [])  # a one-row cluster shares nothing: no warm-up
+        prefixes = [p for c, p in enumerate(plan.prefixes if plan else []) if rows_of[c] > 1 and len(p) >= engine.page_size]
         pages = sum(math.ceil((len(ids) + budget) / engine.page_size) + 1 for ids in prompt_ids)
         pages += sum(math.ceil(len(p) / engine.page_size) + 2 for p in prefixes)
         config = ContinuousBatchingConfig(page_size=engine.page_size, num_blocks=pages, max_batch_tokens=engine.max_batch_tokens, seed=seed,
