@@ -5,7 +5,7 @@ the same weights for every objective and seed, so ``--warmup-once`` validates th
 first seed only) and on each objective's ``last.ckpt`` (after the last update), on the
 benchmark's held-out maps with the run's own seed. Then ``<out>/dream/results.md``: k-step fidelity (exact, CER and state match for
 k = 1 … horizon), success inside the model, replay success and first divergence, with the
-teacher-forced ``val/wm/*`` beside them, mean ± std over seeds. A validation whose report is
+teacher-forced ``val/wm_onpolicy/*`` beside them, mean ± std over seeds. A validation whose report is
 already there with the same dream settings is not run again::
 
     python experiments/learning.py --seeds 4 5 6 --out runs/learning-guard -- --model.lm.dtype=float32
@@ -31,8 +31,8 @@ from learning import cell
 
 WHOLE = (("success in the model %", "success", True), ("replay success %", "replay_success", True),
          ("first divergence (steps)", "first_divergence", False), ("length", "length", False))
-ONE_STEP = (("wm NLL", "val/wm/nll", False), ("wm token acc %", "val/wm/token_acc", True),
-            ("first-token NLL", "val/wm/first_token_nll", False), ("first-token acc %", "val/wm/first_token_acc", True))
+ONE_STEP = (("wm NLL", "val/wm_onpolicy/nll", False), ("wm token acc %", "val/wm_onpolicy/token_acc", True),
+            ("first-token NLL", "val/wm_onpolicy/first_token_nll", False), ("first-token acc %", "val/wm_onpolicy/first_token_acc", True))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,7 +114,7 @@ def report(root: Path) -> dict | None:
 
 
 def table(results: dict[str, list[dict]], args) -> str:
-    """Markdown: fidelity per k, then the whole-episode measures, then ``val/wm/*``; mean ± std over seeds."""
+    """Markdown: fidelity per k, then the whole-episode measures, then ``val/wm_onpolicy/*``; mean ± std over seeds."""
     ks = range(1, args.horizon + 1)
     fidelity = [(f"{short}@{k}{' %' if pct else ''}", f"val/dream/{key}_{k}", pct)
                 for key, short, pct in (("exact_at", "exact", True), ("cer_at", "CER", False), ("state_match_at", "state", True)) for k in ks]

@@ -15,7 +15,7 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
    ``trainer.check_val_every_n_epoch`` updates (the rollout of every update plays new maps
    too: its success is the on-policy curve);
 3. writes ``<out>/results.md`` (the table: held-out success, return, invalid-action rate,
-   ``val/wm/nll``, ``val/wm/exact_match``, mean ± std over seeds, with the warm-up's own
+   ``val/wm_onpolicy/nll``, ``val/wm_onpolicy/exact_match``, mean ± std over seeds, with the warm-up's own
    row, the lift over it, the PaW − vanilla difference paired by seed with the 95 % confidence
    interval of its mean success difference (Student's t), a bound on the standard error that one
    validation's episodes alone give each row's success, on FrozenLake the scripted reference
@@ -67,8 +67,8 @@ COLUMNS = [  # (header, metric key, shown in %)
     ("Success %", SUCCESS, True),
     ("Return", "val/episode/return_mean", False),
     ("Invalid %", "val/episode/invalid_rate", True),
-    ("WM NLL", "val/wm/nll", False),
-    ("WM exact %", "val/wm/exact_match", True),
+    ("WM NLL", "val/wm_onpolicy/nll", False),
+    ("WM exact %", "val/wm_onpolicy/exact_match", True),
 ]
 DREAM_COLUMNS = [  # (header, metric key, shown in %): the world model as a simulator (docs/reference/dream.md)
     *((f"exact@{k} %", f"val/dream/exact_at_{k}", True) for k in range(1, 5)),
@@ -446,7 +446,7 @@ def plot(series: dict, rollouts: dict, invalid: dict, path: Path, reference: dic
     panels = [
         (series, SUCCESS, "held-out success (%), validation", 100.0),
         ({obj: {seed: {TRAIN_SUCCESS: v} for seed, v in seeds.items()} for obj, seeds in rollouts.items()}, TRAIN_SUCCESS, "success of each update's rollout (%), new maps", 100.0),
-        (series, "val/wm/nll", "held-out world-model NLL (nats/token)", 1.0),
+        (series, "val/wm_onpolicy/nll", "held-out world-model NLL (nats/token)", 1.0),
     ]
     for ax, (data, key, title, scale) in zip(axes[:3], panels):
         for obj, seeds in data.items():

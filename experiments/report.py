@@ -3,7 +3,7 @@ row per configuration (the ``base`` model first when present), success per task 
 overall, mean return, each "mean ± std over seeds" (success in %).
 
     python experiments/report.py --experiment ablations
-    python experiments/report.py --experiment ablations --select best --metric val/wm/exact_match --metric val/wm/nll
+    python experiments/report.py --experiment ablations --select best --metric val/wm_onpolicy/exact_match --metric val/wm_onpolicy/nll
     python experiments/report.py --tracking-uri sqlite:///other.db --experiment alfworld --split test --group-by advantage world_model_objective
 
 How runs become rows, and the ``last``/``best`` rules: see :mod:`paw_lightning.analysis`.

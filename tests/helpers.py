@@ -93,7 +93,7 @@ def mlflow_runs(workdir: Path, experiment: str = "frozenlake"):
 def documented_metric(key: str) -> bool:
     """Whether docs/reference/metrics.md documents a logged key: its tables' backticked keys, with
     ``<…>`` standing for one path part, ``…_pNN`` for the row's first key with another suffix,
-    ``episode/`` and ``dream/`` keys under any split and ``val/wm/`` also under ``test/``."""
+    ``episode/`` and ``dream/`` keys under any split and ``val/wm_onpolicy/``, ``val/wm_fixed/`` also under ``test/``."""
     return key == "epoch" or any(pattern.fullmatch(key) for pattern in _metric_patterns())  # Lightning's epoch: the page's "Steps"
 
 
@@ -110,7 +110,7 @@ def _metric_patterns() -> list[re.Pattern]:
             body = "".join(re.escape(part) if not (part.startswith("<") and part.endswith(">")) else "[^/]+" for part in re.split(r"(<[^>]+>)", name))
             if name.startswith(("episode/", "dream/")):
                 body = r"(train|val|test)/" + body
-            elif name.startswith("val/wm/"):
+            elif name.startswith(("val/wm_onpolicy/", "val/wm_fixed/")):
                 body = r"(val|test)/" + body[len("val/"):]
             patterns.append(re.compile(body))
     return patterns

@@ -43,7 +43,7 @@ def test_fit_trains_lora_only_and_logs_to_mlflow(tiny_model_dir, tmp_path, monke
                 "train/wm/lambda_mean", "train/wm/clipped_ratio", "train/wm/selected_fraction", "train/wm/entropy_p50",
                 "train/episode/success_rate", "train/episode/invalid_rate",
                 "val/episode/success_rate", "val/episode/return_mean", "val/episode/episode_length",
-                "val/episode/invalid_rate", "val/wm/nll", "val/wm/token_acc", "val/wm/exact_match", "val/wm/cer"):
+                "val/episode/invalid_rate", "val/wm_onpolicy/nll", "val/wm_onpolicy/token_acc", "val/wm_onpolicy/exact_match", "val/wm_onpolicy/cer"):
         assert len(metric_history(client, run, key)) == 2, key  # one value per epoch
     # where the last iteration's time went: seconds per phase, tokens/s = this rollout's tokens / seconds
     perf = {key: metric_history(client, run, f"train/perf/{key}") for key in ("rollout_s", "scoring_s", "update_s", "rollout_tokens_per_s", "update_tokens_per_s")}

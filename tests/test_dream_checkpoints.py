@@ -47,8 +47,8 @@ def test_only_a_finished_run_checkpoint_is_taken(tmp_path):
 
 def test_table_mean_and_std_over_seeds():
     args = SimpleNamespace(tasks=8, horizon=1, env="frozenlake", seeds=[0, 1])
-    runs = [{"val/dream/exact_at_1": 0.25, "val/dream/cer_at_1": 0.5, "val/dream/success": 0.0, "val/wm/nll": 0.4},
-            {"val/dream/exact_at_1": 0.75, "val/dream/cer_at_1": 0.25, "val/dream/success": 0.5, "val/wm/nll": 0.6}]
+    runs = [{"val/dream/exact_at_1": 0.25, "val/dream/cer_at_1": 0.5, "val/dream/success": 0.0, "val/wm_onpolicy/nll": 0.4},
+            {"val/dream/exact_at_1": 0.75, "val/dream/cer_at_1": 0.25, "val/dream/success": 0.5, "val/wm_onpolicy/nll": 0.6}]
     text = dream_checkpoints.table({"warm-up (before RL)": runs}, args)
     header, _, row = text.strip().splitlines()[-3:]
     cells = dict(zip([h.strip() for h in header.split("|")[1:-1]], [c.strip() for c in row.split("|")[1:-1]]))

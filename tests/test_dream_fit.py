@@ -1,5 +1,5 @@
 """A tiny fit and test with ``data.evaluation.dream`` on: ``val/dream/*`` and ``test/dream/*`` in
-MLflow and in the evaluation reports, beside ``val/wm/*``."""
+MLflow and in the evaluation reports, beside ``val/wm_onpolicy/*``."""
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +25,7 @@ def test_fit_and_test_log_the_dream_measures(tiny_model_dir, tmp_path):
     client, (fitted, tested) = mlflow_runs(tmp_path)
     for run, split in ((fitted, "val"), (tested, "test")):
         metrics = run.data.metrics
-        assert f"{split}/wm/exact_match" in metrics
+        assert f"{split}/wm_onpolicy/exact_match" in metrics
         for key in KEYS:
             assert f"{split}/dream/{key}" in metrics, (split, key, sorted(metrics))
         assert metrics[f"{split}/dream/episodes"] == 2.0 and metrics[f"{split}/dream/judged"] == 1.0

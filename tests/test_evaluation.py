@@ -76,8 +76,8 @@ def test_base_model_validate_and_same_checkpoint_same_results(tiny_model_dir, tm
     assert base_report["stage"] == "validate" and base_report["epoch"] is None and base_report["checkpoint"] is None
     assert base_report["metrics"]["val/episode/episode_length"] == 2.0  # max_steps of the tiny overlay
     for key in ("val/episode/success_rate", "val/episode/return_mean", "val/episode/invalid_rate", "val/episode/pass_at_1",
-                "val/episode/pass_at_2", "val/wm/nll", "val/wm/token_acc", "val/wm/first_token_nll", "val/wm/first_token_acc",
-                "val/wm/exact_match", "val/wm/cer"):
+                "val/episode/pass_at_2", "val/wm_onpolicy/nll", "val/wm_onpolicy/token_acc", "val/wm_onpolicy/first_token_nll", "val/wm_onpolicy/first_token_acc",
+                "val/wm_onpolicy/exact_match", "val/wm_onpolicy/cer"):
         assert base.data.metrics[key] == pytest.approx(base_report["metrics"][key], abs=1e-6), key
     plan = base_report["eval"]
     assert plan["split"] == "val" and plan["temperature"] == 0.4 and plan["groups"] == 2 and plan["group_size"] == 2

@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     # what consumes rollouts
     "metrics": 5, "tracking": 5, "demonstrations": 5, "update": 5,
     "evaluation": 6,  # a held-out evaluation: metrics of played episodes
+    "fixed_set": 6,  # the fixed held-out transitions: the demonstrations' scripted players, the rollout's collector
     "data": 7,  # Lightning's data module: plays episodes, imports no module
     "module": 8,  # Lightning's module: reads the data module's played episodes (typed), runs the update
     "callbacks": 9,

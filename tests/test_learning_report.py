@@ -40,7 +40,7 @@ def store(tmp_path, request):
         for epoch, value in success.items():
             client.log_metric(rid, "val/episode/success_rate", value, step=epoch)
             client.log_metric(rid, "val/episode/invalid_rate", 0.0, step=epoch)
-            client.log_metric(rid, "val/wm/nll", NLL[objective][epoch], step=epoch)
+            client.log_metric(rid, "val/wm_onpolicy/nll", NLL[objective][epoch], step=epoch)
         for epoch in range(6):
             client.log_metric(rid, "train/policy/advantage_std", 0.0 if epoch % 3 == 0 else 1.0, step=epoch)
             if objective == "paw":  # a newer run; update 0's advantages are all equal and non-zero (std 0)

@@ -10,7 +10,7 @@ from helpers import documented_metric
 
 
 def test_the_matcher_reads_placeholders_splits_and_abbreviations():
-    for key in ("train/episode/success_rate/pick", "val/episode/pass_at_3", "test/wm/nll", "train/wm/entropy_p90",
+    for key in ("train/episode/success_rate/pick", "val/episode/pass_at_3", "test/wm_onpolicy/nll", "train/wm/entropy_p90",
                 "train/memory/peak_gib/rank_1", "test/dream/exact_at_2", "rwml/filter/demo_steps", "epoch"):
         assert documented_metric(key), key
     for key in ("train/wm/nll", "train/episode/made_up", "val/episode/success_rate/pick/extra", "policy/loss"):

@@ -75,7 +75,7 @@ def test_server_down_for_an_epoch_loses_nothing(server, tiny_model_dir, tmp_path
     assert err.count("unreachable at") == 1 and err.count("is back:") == 1, err[-3000:]
     client, run = server_run(server.url)
     assert run.info.status == "FINISHED"
-    for key in ("train/loss", "train/episode/success_rate", "val/episode/success_rate", "val/wm/nll"):
+    for key in ("train/loss", "train/episode/success_rate", "val/episode/success_rate", "val/wm_onpolicy/nll"):
         assert steps(client, run, key) == [0, 1, 2], key  # epoch 1's values were kept and sent
     assert "metric values kept and sent" in run.data.tags["paw.tracking_outage"]
     (last,) = tmp_path.glob("runs/**/last.ckpt")

@@ -130,7 +130,7 @@ def test_fit_artifacts_and_resume_into_the_same_run(tiny_model_dir, tmp_path, mo
     assert [r.info.run_id for r in runs] == [run_id], "a resumed fit continues its MLflow run"
     run = runs[0]
     assert run.info.status == "FINISHED"
-    for key in ("train/loss", "train/policy/loss", "val/episode/success_rate", "val/wm/nll", "system/rss_gib"):
+    for key in ("train/loss", "train/policy/loss", "val/episode/success_rate", "val/wm_onpolicy/nll", "system/rss_gib"):
         assert [s for s, _ in history(client, run, key)] == [0, 1], key
     tables = [a.path for a in client.list_artifacts(run_id, "trajectories")]
     assert tables == ["trajectories/val_epoch0.json", "trajectories/val_epoch1.json"]
@@ -162,7 +162,7 @@ def test_fsdp2_adapter_is_gathered_in_full(tiny_model_dir, tmp_path):
     assert all(torch.equal(loaded[n], saved[f"lm.{n}"]) for n in loaded)
     assert any(loaded[n].abs().sum() > 0 for n in loaded if "lora_B" in n), "the adapter holds trained weights"
     # validation ran on both ranks (its episodes are played lazily, when the loader is iterated)
-    assert {"val/episode/success_rate", "val/episode/pass_at_1", "val/wm/nll"} <= run.data.metrics.keys()
+    assert {"val/episode/success_rate", "val/episode/pass_at_1", "val/wm_onpolicy/nll"} <= run.data.metrics.keys()
     assert [a.path for a in client.list_artifacts(run.info.run_id, "trajectories")] == ["trajectories/val_epoch0.json"]
 
 

@@ -63,7 +63,7 @@ def test_validate_base_model_and_test_a_checkpoint(tiny_model_dir, tmp_path, mon
     main(["test", *tiny_args(tiny_model_dir, tmp_path, "--data.evaluation.test_groups=2"), f"--ckpt_path={ckpt}"])
     client, (validated, _, tested) = mlflow_runs(tmp_path)
     assert validated.data.metrics["val/episode/episode_length"] == 2.0  # max_steps of the tiny overlay
-    assert {"test/episode/success_rate", "test/episode/invalid_rate", "test/wm/nll"} <= set(tested.data.metrics)
+    assert {"test/episode/success_rate", "test/episode/invalid_rate", "test/wm_onpolicy/nll"} <= set(tested.data.metrics)
 
 
 def test_a_fresh_fit_starts_from_an_earlier_runs_weights(tiny_model_dir, tmp_path, monkeypatch):

@@ -18,13 +18,16 @@ from helpers import ROOT, mlflow_runs, tiny_args
 # --------------------------------------------------------------- the table
 BEFORE = {
     "val/episode/success_rate": 0.25, "val/episode/success_rate/pick": 0.5, "val/episode/success_rate/look": 0.0,
-    "val/episode/invalid_rate": 0.125, "val/episode/return_mean": 2.5, "val/wm/nll": 1.25, "val/wm/exact_match": math.nan,
-    "val/episode/pass_at_1": 0.25, "val/wm/cer": 0.9,  # logged, not rows of the table
+    "val/episode/invalid_rate": 0.125, "val/episode/return_mean": 2.5, "val/wm_onpolicy/nll": 1.25, "val/wm_onpolicy/exact_match": math.nan,
+    "val/episode/pass_at_1": 0.25, "val/wm_onpolicy/cer": 0.9,  # logged, not rows of the table
+    "val/wm_fixed/all/nll": 1.5, "val/wm_fixed/expert/nll": 1.0, "val/wm_fixed/start_policy/nll": 2.0, "val/wm_fixed/all/exact_match": 0.0,
+    "val/wm_fixed/expert/token_acc": 0.5,  # logged, not a row
 }
 AFTER = {
     "val/episode/success_rate": 0.5, "val/episode/success_rate/pick": 1.0, "val/episode/success_rate/look": 0.0,
     "val/episode/success_rate/pick2": 0.5,  # a task type only the second validation has
-    "val/episode/invalid_rate": 0.05, "val/episode/return_mean": 5.0, "val/wm/nll": 0.75, "val/wm/exact_match": 0.375,
+    "val/episode/invalid_rate": 0.05, "val/episode/return_mean": 5.0, "val/wm_onpolicy/nll": 0.75, "val/wm_onpolicy/exact_match": 0.375,
+    "val/wm_fixed/all/nll": 1.0, "val/wm_fixed/expert/nll": 0.5, "val/wm_fixed/start_policy/nll": 1.5, "val/wm_fixed/all/exact_match": 0.25,
 }
 
 
@@ -32,41 +35,47 @@ def test_summary_table_from_hand_written_metrics():
     rows = summary_rows(BEFORE, AFTER)
     assert [r.key for r in rows] == [
         "val/episode/success_rate", "val/episode/success_rate/pick", "val/episode/success_rate/look", "val/episode/success_rate/pick2",
-        "val/episode/invalid_rate", "val/episode/return_mean", "val/wm/nll", "val/wm/exact_match",
-    ]  # ALFWorld's task-type order; NaN counts as missing
+        "val/episode/invalid_rate", "val/episode/return_mean", "val/wm_fixed/all/nll", "val/wm_fixed/expert/nll", "val/wm_fixed/start_policy/nll",
+        "val/wm_fixed/all/exact_match", "val/wm_onpolicy/nll", "val/wm_onpolicy/exact_match",
+    ]  # ALFWorld's task-type order; the fixed set's rows, then the on-policy ones (a source not logged has none); NaN counts as missing
     assert [r.change for r in rows][:3] == [0.25, 0.5, 0.0] and rows[3].change is None and rows[-1].before is None
     text = format_summary(rows, "before the first update", "after epoch 4", "val: 4 held-out tasks × 2 episodes, temperature 0.4")
     assert text.splitlines() == [
         "Summary: held-out validation before the first update → after epoch 4",
         "val: 4 held-out tasks × 2 episodes, temperature 0.4",
-        "                         before   after    change  metric",
-        "success rate              25.0%   50.0%  +25.0 pp  val/episode/success_rate",
-        "  pick                    50.0%  100.0%  +50.0 pp  val/episode/success_rate/pick",
-        "  look                     0.0%    0.0%   +0.0 pp  val/episode/success_rate/look",
-        "  pick2                       –   50.0%         –  val/episode/success_rate/pick2",
-        "invalid-action rate       12.5%    5.0%   -7.5 pp  val/episode/invalid_rate",
-        "return                    2.500   5.000    +2.500  val/episode/return_mean",
-        "world-model NLL           1.250   0.750    -0.500  val/wm/nll",
-        "world-model exact match       –   37.5%         –  val/wm/exact_match",
+        "                                    before   after    change  metric",
+        "success rate                         25.0%   50.0%  +25.0 pp  val/episode/success_rate",
+        "  pick                               50.0%  100.0%  +50.0 pp  val/episode/success_rate/pick",
+        "  look                                0.0%    0.0%   +0.0 pp  val/episode/success_rate/look",
+        "  pick2                                  –   50.0%         –  val/episode/success_rate/pick2",
+        "invalid-action rate                  12.5%    5.0%   -7.5 pp  val/episode/invalid_rate",
+        "return                               2.500   5.000    +2.500  val/episode/return_mean",
+        "world-model NLL, fixed set           1.500   1.000    -0.500  val/wm_fixed/all/nll",
+        "  expert                             1.000   0.500    -0.500  val/wm_fixed/expert/nll",
+        "  start policy                       2.000   1.500    -0.500  val/wm_fixed/start_policy/nll",
+        "world-model exact match, fixed set    0.0%   25.0%  +25.0 pp  val/wm_fixed/all/exact_match",
+        "world-model NLL, on-policy           1.250   0.750    -0.500  val/wm_onpolicy/nll",
+        "world-model exact match, on-policy       –   37.5%         –  val/wm_onpolicy/exact_match",
     ]
     markdown = format_markdown(rows, "before the first update", "after epoch 4")
     assert "| pick2 | – | 50.0% | – | `val/episode/success_rate/pick2` |" in markdown.splitlines()
 
 
 def test_summary_rows_without_task_types_or_world_model_objective():
-    """FrozenLake has no task types; vanilla RL still has val/wm/* (measured at every validation)."""
-    before = {"val/episode/success_rate": 0.0, "val/episode/return_mean": -0.2, "val/episode/invalid_rate": 1.0, "val/wm/nll": 4.5, "val/wm/exact_match": 0.0}
-    after = {**before, "val/episode/success_rate": 0.75, "val/wm/nll": 4.0}
+    """FrozenLake has no task types; vanilla RL still has val/wm_onpolicy/* (measured at every validation)."""
+    before = {"val/episode/success_rate": 0.0, "val/episode/return_mean": -0.2, "val/episode/invalid_rate": 1.0, "val/wm_onpolicy/nll": 4.5, "val/wm_onpolicy/exact_match": 0.0}
+    after = {**before, "val/episode/success_rate": 0.75, "val/wm_onpolicy/nll": 4.0}
     rows = summary_rows(before, after)
     assert [(r.label, r.before, r.after) for r in rows] == [
-        ("success rate", 0.0, 0.75), ("invalid-action rate", 1.0, 1.0), ("return", -0.2, -0.2), ("world-model NLL", 4.5, 4.0), ("world-model exact match", 0.0, 0.0),
+        ("success rate", 0.0, 0.75), ("invalid-action rate", 1.0, 1.0), ("return", -0.2, -0.2), ("world-model NLL, on-policy", 4.5, 4.0),
+        ("world-model exact match, on-policy", 0.0, 0.0),
     ]
     scored = summary_rows({**before, "val/episode/score": 12.5}, {**after, "val/episode/score": 50.0})  # WebShop; the world-model task's exact match
     assert [(r.label, r.before, r.after, r.change) for r in scored if r.key == "val/episode/score"] == [("score (%)", 12.5, 50.0, 37.5)]
     assert format_summary(scored, "a", "b").count("12.500") == 1
     task = summary_rows({**before, "val/episode/score": 12.5}, after, env="world_model")  # RWML's: reward rate, exact match of the samples
     assert [r.label for r in task][:2] == ["reward rate (1 − cos < τ_d)", "invalid-action rate"] and task[3].label == "sampled predictions exact (%)"
-    assert SummaryRow("x", "val/wm/nll", None, 1.0).change is None
+    assert SummaryRow("x", "val/wm_onpolicy/nll", None, 1.0).change is None
     assert summary_rows({}, {}) == []
 
 
@@ -116,17 +125,17 @@ def test_fit_prints_the_summary_of_its_logged_validations_and_plain_progress_lin
     assert {"eval/val_start.json", "eval/val_epoch1.json", "eval/val_epoch2.json", "trajectories/val_start.json", "trajectories/val_epoch2.json"} <= artifacts
     report = json.loads((next(tmp_path.glob("runs/**/eval/val_start.json"))).read_text())
     assert report["epoch"] == -1 and report["global_step"] == 0
-    assert report["metrics"]["val/wm/nll"] == _value_at(client, run, "val/wm/nll", -1)
+    assert report["metrics"]["val/wm_onpolicy/nll"] == _value_at(client, run, "val/wm_onpolicy/nll", -1)
 
     # the printed summary: every cell is the value logged at step -1 (before) and step 2 (after)
     first, rows = _printed_rows(out)
     assert first == "Summary: held-out validation before the first update → after epoch 2"
-    assert list(rows) == ["val/episode/success_rate", "val/episode/invalid_rate", "val/episode/return_mean", "val/wm/nll", "val/wm/exact_match"]
+    assert list(rows) == ["val/episode/success_rate", "val/episode/invalid_rate", "val/episode/return_mean", "val/wm_onpolicy/nll", "val/wm_onpolicy/exact_match"]
     for key, (before, after, change) in rows.items():
         b, a = _value_at(client, run, key, -1), _value_at(client, run, key, 2)
         assert _cell_matches(before, b) and _cell_matches(after, a), (key, before, after, b, a)
         assert _cell_matches(change.removesuffix(" pp") + ("%" if change.endswith("pp") else ""), a - b), (key, change)
-    assert rows["val/wm/nll"][0] != rows["val/wm/nll"][1]  # trained: the world model's loss moved
+    assert rows["val/wm_onpolicy/nll"][0] != rows["val/wm_onpolicy/nll"][1]  # trained: the world model's loss moved
     assert f"(MLflow run {run.info.run_id}: summary.md, summary.json)" in out
 
     # the random tiny model never writes a valid action: every episode gets the same return,
@@ -165,7 +174,7 @@ def test_two_processes_validate_before_and_after_and_print_once(tiny_model_dir, 
     result = subprocess.run([sys.executable, "-m", "paw_lightning", "fit", *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     client, (run,) = mlflow_runs(tmp_path)
-    assert [m.step for m in sorted(client.get_metric_history(run.info.run_id, "val/wm/nll"), key=lambda m: m.step)] == [-1, 1]
+    assert [m.step for m in sorted(client.get_metric_history(run.info.run_id, "val/wm_onpolicy/nll"), key=lambda m: m.step)] == [-1, 1]
     out = result.stdout
     assert out.count("Summary: held-out validation before the first update → after epoch 1") == 1, out
     assert [line.split(" · ")[0] for line in out.splitlines() if line.startswith(("epoch ", "validation "))] == [

@@ -42,8 +42,9 @@ from paw_lightning.rollout.dream.play import dream_evaluation
 from paw_lightning.rollout.dream.settings import DreamSettings
 from paw_lightning.rollout.dynamic_sampling import DynamicSampling, sample_groups
 from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.rollout.played import PlayedEpisodes
-from paw_lightning.rollout.prompts import PromptBuilder
+from paw_lightning.fixed_set import SOURCES as FIXED_SOURCES, FixedSet, FixedSetSettings, build_source, has_expert, note, scripted_trajectories
+from paw_lightning.rollout.played import FixedSamples, PlayedEpisodes
+from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 from paw_lightning.rollout.samples import RolloutBuffer, build_buffer
 from paw_lightning.scale import distributed
 
@@ -65,6 +66,9 @@ class Policy(Protocol):
     @property
     def trains_world_model(self) -> bool:
         """Whether samples carry the next-observation segment."""
+
+    def weights_digest(self) -> str:
+        """A digest of the weights the policy samples with (names the start policy's fixed set)."""
 
 
 @dataclass
@@ -124,6 +128,9 @@ class EvaluationSettings:
             ``{split: eval_in_distribution}`` for ALFWorld's held-out games.
         dream: the world model as a simulator (``<split>/dream/*``, docs/reference/dream.md):
             ``{horizon: 4, tasks: 8}``; off by default (``tasks: 0``).
+        fixed: the fixed held-out transitions that every validation and test scores the world
+            model on (``<split>/wm_fixed/<source>/*``, :mod:`paw_lightning.fixed_set`);
+            ``null``: none.
     """
 
     groups: PositiveInt = 8
@@ -133,6 +140,7 @@ class EvaluationSettings:
     batch_size: PositiveInt = 8
     env_kwargs: dict[str, Any] | None = None
     dream: DreamSettings = field(default_factory=DreamSettings)
+    fixed: FixedSetSettings | None = field(default_factory=FixedSetSettings)
 
 
 class RolloutDataModule(LightningDataModule):
@@ -168,6 +176,8 @@ class RolloutDataModule(LightningDataModule):
         rollout = rollout if rollout is not None else RolloutSettings()
         self.rollout = rollout = dataclasses.replace(rollout, dynamic_sampling=dataclasses.replace(rollout.dynamic_sampling))
         self.evaluation = evaluation = dataclasses.replace(evaluation) if evaluation is not None else EvaluationSettings()
+        if evaluation.fixed is not None:
+            evaluation.fixed = dataclasses.replace(evaluation.fixed)
         positive = {"rollout.groups": rollout.groups, "rollout.group_size": rollout.group_size, "rollout.max_steps": rollout.max_steps,
                     "evaluation.groups": evaluation.groups, "evaluation.group_size": evaluation.group_size, "ppo_epochs": ppo_epochs, "mini_batch_size": mini_batch_size}
         for name, value in positive.items():
@@ -189,6 +199,11 @@ class RolloutDataModule(LightningDataModule):
         self._seed = seed
         self.pools: dict[str, EnvPool] = {}  # "train" and "eval", built on first use
         self.played: dict[str, PlayedEpisodes] = {}  # the latest episodes of each split: this module's output
+        self.fixed: dict[str, FixedSet] = {}  # each split's fixed held-out transitions (kept in checkpoints)
+        fixed = evaluation.fixed
+        if fixed is not None and fixed.sources is not None and "expert" in fixed.sources and not has_expert(self.eval_env_factory):
+            raise ValueError(f"data.evaluation.fixed.sources: the {self.env_name} environment has no expert (walkthrough() or solve()); "
+                             f"choose from {', '.join(s for s in FIXED_SOURCES if s != 'expert')}")
 
     @property
     def seed(self) -> int:
@@ -221,6 +236,10 @@ class RolloutDataModule(LightningDataModule):
         if self._fit_is_over():  # Lightning asks for the data even then: no rollout for it
             return DataLoader([], batch_sampler=[])
         epoch = self.trainer.current_epoch
+        if epoch == 0 and self.trainer.global_step == 0 and self.evaluation.fixed is not None:  # RL starts: every stage has run
+            for split in ("val", "test"):
+                if split not in self.fixed:  # not restored from a checkpoint
+                    self.fixed[split] = self._build_fixed_set(split)
         played = self.played["train"] = self._play_train(epoch)
         batches = []
         for k in range(self.ppo_epochs):
@@ -253,6 +272,7 @@ class RolloutDataModule(LightningDataModule):
         tasks = [(g, derive_seed(split, g)) for g in self._my_groups(groups)]
         played = self._play(split, tasks, self.evaluation.group_size, self.evaluation.temperature, derive_seed(self.seed, split, distributed.rank()), split)
         played.plan = self.eval_plan(split)
+        played.fixed = self._fixed_samples(split)
         self.played[split] = played
         if self.evaluation.dream.enabled:
             played.dream = self._dream(split, played)
@@ -273,6 +293,89 @@ class RolloutDataModule(LightningDataModule):
         with policy.generating():
             return dream_evaluation(self.pools["dream"], [derive_seed(split, g) for g in mine], played.trajectories, act,
                                     WorldModelPredictor(engine, policy.tokenizer), Judge.for_env(self.eval_env_factory), self.prompt, settings.horizon)
+
+    # ------------------------------------------------------ fixed held-out set
+    def _fixed_samples(self, split: str) -> FixedSamples | None:
+        """This rank's share of ``split``'s fixed transitions (``None`` with ``data.evaluation.fixed:
+        null``). A set neither built when RL started (:meth:`train_dataloader`) nor restored from
+        a checkpoint (a ``validate`` or ``test`` of weights without one) is built now."""
+        settings = self.evaluation.fixed
+        if settings is None:
+            return None
+        if split not in self.fixed:
+            self.fixed[split] = self._build_fixed_set(split)
+            starting = self.trainer.state.fn == "fit" and self.trainer.global_step == 0
+            if not starting and "start_policy" in self.fixed[split].sources and distributed.rank() == 0:
+                note(f"no stored {split} set: its start_policy transitions are played by the weights evaluated now")
+        rank, world = distributed.rank(), distributed.world_size()
+        buffers = {source: build_buffer(trajectories[rank::world], self.policy.tokenizer, self.rollout.max_obs_tokens)
+                   for source, trajectories in self.fixed[split].sources.items()}
+        return FixedSamples(buffers, self.evaluation.batch_size, settings.predict)
+
+    def _build_fixed_set(self, split: str) -> FixedSet:
+        settings, policy = self.evaluation.fixed, self.policy
+        explicit = settings.sources is not None
+        sources = settings.sources or [s for s in FIXED_SOURCES if s != "expert" or has_expert(self.eval_env_factory)]
+        identity = self._fixed_identity(split)
+        started = time.perf_counter()
+        trajectories, keys = {}, {}
+        for source in sources:
+            own = identity if source != "start_policy" else {**identity, "temperature": self.evaluation.temperature,
+                                                              "max_new_tokens": self.rollout.max_new_tokens, "weights": policy.weights_digest()}
+            played, key = build_source(split, source, settings, own, lambda source_, seeds: self._play_fixed(split, source_, seeds))
+            if played:
+                trajectories[source], keys[source] = played, key
+            elif explicit:
+                raise ValueError(f"data.evaluation.fixed: the {source} source played no transition on the {split} tasks "
+                                 f"(the {self.env_name} environment lists no admissible actions)")
+        fixed = FixedSet(split, trajectories, keys)
+        if self.progress and distributed.rank() == 0:
+            counts = ", ".join(f"{s} {fixed.transitions(s)}" for s in fixed.sources)
+            note(f"{split}: {counts} transitions ({time.perf_counter() - started:.1f} s)")
+        return fixed
+
+    def _fixed_identity(self, split: str) -> dict:
+        """What determines every source's transitions of ``split`` besides the source's own
+        settings: environment, step cap, tokenizer and the rendered first prompt of task 0 (so
+        that a change to the prompt or the environment's text makes new transitions)."""
+        env = self.eval_env_factory()
+        try:
+            obs, info = env.reset(derive_seed(split, 0), 0)
+            first_prompt = self.prompt.render(EpisodeState.start(obs, info))
+        finally:
+            if callable(getattr(env, "close", None)):
+                env.close()
+        tokenizer = self.policy.tokenizer
+        return {"env": self.env_name, "env_kwargs": self.eval_plan(split)["env_kwargs"], "max_steps": self.rollout.max_steps,
+                "tokenizer": [tokenizer.name_or_path, len(tokenizer)], "first_prompt": first_prompt}
+
+    def _play_fixed(self, split: str, source: str, task_seeds: list[int]) -> list[Trajectory]:
+        """Play one source of the fixed set on ``task_seeds``: the scripted ones in this process,
+        the start policy on this rank's share of the tasks (then every rank's episodes are
+        gathered, so every rank holds the whole set)."""
+        settings, policy = self.evaluation.fixed, self.policy
+        if source != "start_policy":
+            env = self.eval_env_factory()
+            try:
+                return scripted_trajectories(env, policy.tokenizer, self.prompt, task_seeds, source, settings.seed, self.rollout.max_steps)
+            finally:
+                if callable(getattr(env, "close", None)):
+                    env.close()
+        mine = self._my_groups(len(task_seeds))
+        if "fixed" not in self.pools:
+            self.pools["fixed"] = EnvPool(self.eval_env_factory, len(mine), num_workers=self.env_workers, timeout=self.env_timeout)
+        collector = Collector(self.pools["fixed"], policy.sampler(self.rollout.max_new_tokens), self.prompt, self.rollout.max_steps, self.rollout.invalid_penalty)
+        with policy.generating():
+            played = collector.collect([(g, task_seeds[g]) for g in mine], 1, self.evaluation.temperature,
+                                       derive_seed(settings.seed, "fixed", split, "start_policy", distributed.rank()), f"fixed set: start policy ({split})", progress=self.progress)
+        return sorted((t for every in distributed.gather_objects(played) for t in every), key=lambda t: t.group_id)
+
+    def state_dict(self) -> dict:
+        """The fixed held-out sets travel in every checkpoint (plain Python values)."""
+        return {"fixed": {split: fixed.state() for split, fixed in self.fixed.items()}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.fixed = {split: FixedSet.from_state(state) for split, state in state_dict.get("fixed", {}).items()}
 
     # -------------------------------------------------------------- helpers
     @property

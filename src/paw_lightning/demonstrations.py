@@ -47,6 +47,9 @@ class Demonstration:
     task_seed: int
     step: int
     won: bool = False  # the episode this step belongs to was won
+    observation: str = ""  # o_t, the observation the step answered
+    next_observation: str = ""  # o_{t+1}, what the environment answered
+    predictable: bool = True  # o_{t+1} is a world-model target (the step info's ``world_model_target``)
 
     @property
     def prompt_length(self) -> int:
@@ -188,6 +191,8 @@ def play_episode(
             next_observation, _reward, done, info = env.step(action)
             response = response_text(prompt, action, reason, observation, next_observation)
         demos.append(demonstration(tokenizer, chat_prompt_ids(tokenizer, text), text, response, action, prompt.action_tag, task_seed, t))
+        demos[-1].observation, demos[-1].next_observation = observation, next_observation
+        demos[-1].predictable = bool(info.get("world_model_target", True))
         state.advance(action, next_observation, info)
         t += 1
         if done:

@@ -11,6 +11,7 @@ module's latest ``Evaluation`` of a split and compute nothing themselves.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -57,10 +58,13 @@ class Evaluation:
         played: the held-out episodes of this rank.
         episode: :func:`episode_results` (logged as ``<split>/episode/*``).
         world_model: free-running prediction quality, ``exact_match`` and ``cer``
-            (logged as ``<split>/wm/*``); empty when not measured.
+            (logged as ``<split>/wm_onpolicy/*``); empty when not measured.
         predictions: the free-running o_{t+1} per sample index (the trajectory table).
         dream: the world model as a simulator (:func:`dream_results`, logged as
             ``<split>/dream/*``); empty when not measured.
+        fixed: the world model on the fixed held-out transitions (:func:`fixed_set_quality` and
+            free-running predictions per source, logged as ``<split>/wm_fixed/*``); empty
+            without a fixed set.
     """
 
     played: PlayedEpisodes
@@ -68,6 +72,7 @@ class Evaluation:
     world_model: dict[str, float] = field(default_factory=dict)
     predictions: dict[int, str] = field(default_factory=dict)
     dream: dict[str, float] = field(default_factory=dict)
+    fixed: dict[str, float] = field(default_factory=dict)
 
     @property
     def split(self) -> str:
@@ -90,6 +95,38 @@ def first_token_quality(logprobs: torch.Tensor, correct: torch.Tensor, obs_mask:
     the rest is predicted after the true first token (docs/reference/dream.md)."""
     first = obs_mask & ~torch.nn.functional.pad(obs_mask[:, :-1], (1, 0), value=False)
     return teacher_forced_quality(logprobs, correct, first)
+
+
+@torch.no_grad()
+def fixed_set_quality(token_outputs, samples: dict[str, RolloutBuffer], batch_size: int, device, pad_token_id: int) -> dict[str, float]:
+    """Teacher-forced quality of the fixed held-out transitions (:mod:`paw_lightning.fixed_set`):
+    per source and over every source together (``all``), ``<source>/nll``, ``token_acc``
+    (:func:`teacher_forced_quality`), ``first_token_nll``, ``first_token_acc``
+    (:func:`first_token_quality`), token-weighted over every rank's share, and
+    ``<source>/transitions``. ``token_outputs(batch, argmax=True)`` is the module's forward;
+    ``samples`` this rank's share of each source. Every rank runs as many forwards (a rank
+    with fewer batches runs idle ones): a collective."""
+    totals: dict[str, list[float]] = {}
+    for source, buffer in samples.items():
+        sums = [0.0] * 6  # Σ nll·n, Σ acc·n, n over every token, then over first tokens
+        by_length = sorted(range(len(buffer)), key=lambda i: buffer.input_ids[i].numel())
+        chunks = [by_length[k : k + batch_size] for k in range(0, len(by_length), batch_size)]
+        for k in range(distributed.max_across_ranks(len(chunks))):
+            batch = buffer.collate(chunks[k]) if k < len(chunks) else distributed.idle_batch(pad_token_id)
+            batch = {key: value.to(device) for key, value in batch.items()}
+            outputs = token_outputs(batch, argmax=True)
+            for j, quality in enumerate((teacher_forced_quality, first_token_quality)):
+                nll, accuracy, n = quality(outputs["logprobs"], outputs["correct"], batch["obs_mask"])
+                sums[3 * j : 3 * j + 3] = [sums[3 * j] + float(nll * n), sums[3 * j + 1] + float(accuracy * n), sums[3 * j + 2] + float(n)]
+        totals[source] = distributed.sum_each_across_ranks([*sums, len(buffer)])
+    if totals:
+        totals["all"] = [sum(values) for values in zip(*totals.values())]
+    out = {}
+    for source, (nll, correct, n, first_nll, first_correct, first_n, count) in totals.items():
+        out.update({f"{source}/nll": nll / n if n else math.nan, f"{source}/token_acc": correct / n if n else math.nan,
+                    f"{source}/first_token_nll": first_nll / first_n if first_n else math.nan,
+                    f"{source}/first_token_acc": first_correct / first_n if first_n else math.nan, f"{source}/transitions": count})
+    return out
 
 
 @torch.no_grad()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import math
 import sys
 from pathlib import Path
 from collections.abc import Iterator
@@ -30,14 +32,14 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import fully_shard
 
 from paw_lightning.data import RolloutDataModule
-from paw_lightning.evaluation import Evaluation, dream_results, episode_results, first_token_quality, predict_observations, teacher_forced_quality
+from paw_lightning.evaluation import Evaluation, dream_results, episode_results, first_token_quality, fixed_set_quality, predict_observations, teacher_forced_quality
 from paw_lightning.metrics import episode_metrics
 from paw_lightning.model import LMConfig, load_model, load_tokenizer, read_log_softmax, scatter_read
 from paw_lightning.objectives import ClippedMAE, Critic, PolicyObjective, WorldModelObjective
 from paw_lightning.objectives.types import LossOutput
 from paw_lightning.ranges import NonNegativeInt, PositiveFloat, PositiveInt
 from paw_lightning.rollout.engine import GenerationEngine, HFEngine, RolloutEngine
-from paw_lightning.rollout.played import PlayedEpisodes
+from paw_lightning.rollout.played import FixedSamples, PlayedEpisodes
 from paw_lightning.rollout.samples import RolloutBuffer
 from paw_lightning.scale import distributed
 from paw_lightning.scale.fsdp import fsdp_mixed_precision, gathered_for_generation, shard_model
@@ -48,6 +50,7 @@ from paw_lightning.training import optimizer_settings
 from paw_lightning.training.nonfinite import NonFiniteGuard, all_finite
 from paw_lightning.training.perf import EpochClock
 from paw_lightning.training.rollout_watch import RolloutWatch, rollout_counts
+from paw_lightning.training.term_gradients import TermGradients
 from paw_lightning.update import ScoringModel, UpdateInputs, prepare_update
 
 
@@ -131,6 +134,9 @@ class PaWModule(LightningModule):
     max_nonfinite_steps: an optimizer step whose loss or gradient is NaN/inf is skipped
         (``train/nonfinite_steps`` counts them); this many in a row stop the run
         (:mod:`paw_lightning.training.nonfinite`).
+    term_gradients_every: on the first optimizer step of every this-many-th RL iteration, the
+        policy term's and the world-model term's gradients on the LoRA weights, their norms and
+        cosine (``train/grad/*``, :mod:`paw_lightning.training.term_gradients`); 0: off.
     """
 
     strict_loading = False  # checkpoints hold only the trainable (LoRA) weights
@@ -150,6 +156,7 @@ class PaWModule(LightningModule):
         gather_weights_for_generation: bool = False,
         old_logprobs: Literal["recompute", "rollout"] = "recompute",
         max_nonfinite_steps: PositiveInt = 3,
+        term_gradients_every: NonNegativeInt = 1,
         engine: RolloutEngine | None = None,
         init_weights: str | None = None,
     ):
@@ -195,6 +202,7 @@ class PaWModule(LightningModule):
         self.evaluations: dict[str, Evaluation] = {}  # the latest validation / test of each split
         self.checkpoint_epoch: int | None = None  # epoch of the loaded checkpoint, if any
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
+        self.term_gradients = TermGradients(term_gradients_every)
         self.clock = EpochClock()  # train/perf/*: the rollout's time as played, the scoring pass and the update as run here
         self.rollout_watch = RolloutWatch()  # warns when RL has no signal, its format drifts or it plays one action everywhere
         self.offline_updates = 0  # fits of the weights outside the trainer's steps (warm-up, SFT stages): see sampler()
@@ -251,6 +259,14 @@ class PaWModule(LightningModule):
     def weights_changed(self) -> None:
         """Tell the rollout engine that the weights changed outside the trainer's steps."""
         self.offline_updates += 1
+
+    def weights_digest(self) -> str:
+        """SHA-256 of the model's configuration and its trainable weights (gathered: a collective)."""
+        digest = hashlib.sha256(repr(dataclasses.asdict(self.lm_config)).encode())
+        for name, tensor in sorted(checkpointing.trainable_state_dict(self).items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         """The trainer's compute precision (``trainer.precision``; ``bf16-mixed``: autocast to
@@ -336,9 +352,12 @@ class PaWModule(LightningModule):
         totals = self.loss_totals(batch)
         parts = micro_batches(batch, self.micro_batch_tokens, self.micro_batch_rows)
         metrics: dict[str, torch.Tensor] = {}
+        measured = self.term_gradients.measures(self.current_epoch, batch_idx)
         with self.clock.phase("update", self.device):
             for micro, weight in matched_across_ranks(parts):
                 out = self.compute_loss(micro, totals)
+                if measured:
+                    self.term_gradients.add(out.terms, [p for p in self.lm.parameters() if p.requires_grad], weight)
                 self.manual_backward(out.loss * weight)
                 for key, value in out.metrics.items():
                     metrics[key] = metrics.get(key, 0.0) + weight * value  # micro-batch shares add up to the mini-batch's value
@@ -350,6 +369,8 @@ class PaWModule(LightningModule):
             optimizer.zero_grad(set_to_none=True)
         self.clock.count("update", batch["attention_mask"].sum())
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True, sync_dist=True, batch_size=len(batch["input_ids"]))
+        if measured:  # one process only (TermGradients): nothing to sync
+            self.log_dict({f"train/{k}": v for k, v in self.term_gradients.metrics().items()}, on_step=False, on_epoch=True, batch_size=1)
         if batch_idx == self.trainer.num_training_batches - 1:  # the update's last step: every rank is here
             self._log_update_summary()
         return metrics["loss"]
@@ -371,7 +392,7 @@ class PaWModule(LightningModule):
             tis_weights=batch.get("tis_weights"),
             totals=totals["policy"],
         )
-        loss, metrics = policy.loss, dict(policy.metrics)
+        loss, metrics, terms = policy.loss, dict(policy.metrics), {"policy": policy.loss}
         if self.critic is not None:
             value = self.critic.loss(outputs["values"], batch, samples=totals["samples"])
             loss = loss + value.loss
@@ -382,8 +403,9 @@ class PaWModule(LightningModule):
             )
             loss = loss + wm.loss
             metrics.update(wm.metrics)
+            terms["world_model"] = wm.loss
         metrics["loss"] = loss.detach()
-        return LossOutput(loss, metrics)
+        return LossOutput(loss, metrics, terms)
 
     def loss_totals(self, batch: dict) -> dict:
         """The normalisers of a whole mini-batch that every objective divides by (see the
@@ -462,7 +484,9 @@ class PaWModule(LightningModule):
         self._log_episode_metrics(split, evaluation.episode)
         if self.wm_eval_samples > 0:
             evaluation.world_model, evaluation.predictions = self.predict_observations(played.samples, self.wm_eval_samples)
-            self.log_dict({f"{split}/wm/{k}": v for k, v in evaluation.world_model.items()}, sync_dist=True)
+            self.log_dict({f"{split}/wm_onpolicy/{k}": v for k, v in evaluation.world_model.items()}, sync_dist=True)
+        evaluation.fixed = self.score_fixed_set(played.fixed) if played.fixed is not None else {}
+        self.log_dict({f"{split}/wm_fixed/{k}": float(v) for k, v in evaluation.fixed.items()}, sync_dist=True)
         if played.dream is not None:  # data.evaluation.dream: the dream the data module played beside these episodes
             evaluation.dream = dream_results(played.dream)
             self.log_dict({f"{split}/dream/{k}": float(v) for k, v in evaluation.dream.items()}, sync_dist=True)
@@ -474,14 +498,31 @@ class PaWModule(LightningModule):
         with self.generating():
             return predict_observations(self.lm, self.tokenizer, buffer, n)
 
+    def score_fixed_set(self, fixed: FixedSamples) -> dict[str, float]:
+        """The world model on a split's fixed held-out transitions: teacher-forced
+        (:func:`~paw_lightning.evaluation.fixed_set_quality`) and, on ``fixed.predict`` transitions
+        per source, free-running exact match and CER (``all/exact_match``: over every source's
+        predictions)."""
+        with torch.no_grad(), self.forward_context():
+            scores = fixed_set_quality(self.token_outputs, fixed.sources, fixed.batch_size, self.device, self.tokenizer.eos_token_id)
+        predict = math.ceil(fixed.predict / distributed.world_size())
+        if predict:
+            predicted = {source: self.predict_observations(buffer, predict) for source, buffer in fixed.sources.items()}
+            counts = dict(zip(predicted, distributed.sum_each_across_ranks([len(p[1]) for p in predicted.values()])))
+            for source, (measures, _) in predicted.items():
+                scores.update({f"{source}/{k}": v for k, v in measures.items()})
+            if sum(counts.values()):
+                scores["all/exact_match"] = sum(predicted[s][0].get("exact_match", 0.0) * n for s, n in counts.items()) / sum(counts.values())
+        return scores
+
     def _world_model_quality(self, batch: dict, split: str) -> None:
         """Teacher-forced next-observation NLL per token and token accuracy, over every observation
         token and over each observation's first (:mod:`paw_lightning.evaluation`)."""
         outputs = self.token_outputs(batch, argmax=True)
         nll, accuracy, n = teacher_forced_quality(outputs["logprobs"], outputs["correct"], batch["obs_mask"])
-        self.log_dict({f"{split}/wm/nll": nll, f"{split}/wm/token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
+        self.log_dict({f"{split}/wm_onpolicy/nll": nll, f"{split}/wm_onpolicy/token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
         nll, accuracy, n = first_token_quality(outputs["logprobs"], outputs["correct"], batch["obs_mask"])
-        self.log_dict({f"{split}/wm/first_token_nll": nll, f"{split}/wm/first_token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
+        self.log_dict({f"{split}/wm_onpolicy/first_token_nll": nll, f"{split}/wm_onpolicy/first_token_acc": accuracy}, on_epoch=True, sync_dist=True, batch_size=int(n))
 
     def _log_episode_metrics(self, split: str, metrics: dict[str, float]) -> None:
         if metrics:

@@ -4,7 +4,8 @@
 the starting weights at ``on_train_start`` (logged as epoch −1: ``eval/val_start.json``), one
 more at ``on_train_end`` if the last epoch did not validate, and at ``on_fit_end`` rank 0
 prints a before → after table (success overall and per task type, invalid actions, return,
-``val/wm/nll``, ``val/wm/exact_match``), also written as ``summary.md``/``summary.json`` and
+the world model on the fixed held-out transitions, ``val/wm_fixed/*``, and on the episodes
+played, ``val/wm_onpolicy/*``), also written as ``summary.md``/``summary.json`` and
 logged to MLflow. Every rank runs the validations (collectives); ``--summary.enabled=false``
 turns it off.
 """
@@ -21,6 +22,7 @@ from paw_lightning.tracking.artifacts import evaluated_epoch, mlflow_logger, run
 from paw_lightning.tracking.evaluation import _number
 from paw_lightning.tracking.logger import PawMLFlowLogger
 from paw_lightning.metrics import TASK_TYPE_NAMES
+from paw_lightning.fixed_set import SOURCES as FIXED_SOURCES
 
 START_EPOCH = -1  # trainer.current_epoch (and MLflow step) of the validation before the first update
 RATES = ("success_rate", "invalid_rate", "exact_match")  # shown in %, changes in percentage points
@@ -83,8 +85,10 @@ WORLD_MODEL_TASK_LABELS = {"success rate": "reward rate (1 − cos < τ_d)", "sc
 def summary_rows(before: dict[str, float], after: dict[str, float], split: str = "val", env: str | None = None) -> list[SummaryRow]:
     """The rows present in ``before`` or ``after`` (metric key → value): success rate, then per
     task type (ALFWorld's order, then any other type alphabetically), invalid-action rate, mean
-    return, the environment's score (when it reports one), world-model NLL per token and exact match
-    (both teacher-forced). ``env="world_model"`` names the first and the score row as what they are there."""
+    return, the environment's score (when it reports one), then the world model: NLL per token
+    (teacher-forced) on the fixed held-out transitions, all sources together and per source, and
+    their free-running exact match; below them the same two on the episodes just played
+    (on-policy: they move with the policy). ``env="world_model"`` names the first and the score row as what they are there."""
     success = f"{split}/episode/success_rate"
     typed = {k[len(success) + 1:] for k in (*before, *after) if k.startswith(success + "/")}
     order = list(TASK_TYPE_NAMES.values())
@@ -92,7 +96,10 @@ def summary_rows(before: dict[str, float], after: dict[str, float], split: str =
     wanted = [("success rate", success)] + [(f"  {t}", f"{success}/{t}") for t in types]
     wanted += [("invalid-action rate", f"{split}/episode/invalid_rate"), ("return", f"{split}/episode/return_mean"),
                ("score (%)", f"{split}/episode/score"),  # WebShop's Score; the world-model task's exact-match rate
-               ("world-model NLL", f"{split}/wm/nll"), ("world-model exact match", f"{split}/wm/exact_match")]
+               ("world-model NLL, fixed set", f"{split}/wm_fixed/all/nll")]
+    wanted += [(f"  {source.replace('_', ' ')}", f"{split}/wm_fixed/{source}/nll") for source in FIXED_SOURCES]
+    wanted += [("world-model exact match, fixed set", f"{split}/wm_fixed/all/exact_match"),
+               ("world-model NLL, on-policy", f"{split}/wm_onpolicy/nll"), ("world-model exact match, on-policy", f"{split}/wm_onpolicy/exact_match")]
     labels = WORLD_MODEL_TASK_LABELS if env == "world_model" else {}
     rows = [SummaryRow(labels.get(label, label), key, _value(before, key), _value(after, key)) for label, key in wanted]
     return [row for row in rows if row.before is not None or row.after is not None]

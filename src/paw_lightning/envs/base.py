@@ -7,7 +7,7 @@ the G episodes of a group); ``episode`` seeds only the environment's own stochas
 ``"action_recognised"`` (an unrecognised action leaves the state unchanged). A ``step`` may add
 ``"world_model_target": False`` when its observation is not a state for the world model to
 predict (search QA's verdict after an answer): that transition gets no world-model term and no
-``val/wm/*`` (default True). An optional
+``val/wm_onpolicy/*`` (default True). An optional
 ``close()`` is called when a pool discards the env.
 
 Optional, for the world model as a simulator (:mod:`paw_lightning.rollout.dream`): an

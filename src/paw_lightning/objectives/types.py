@@ -8,10 +8,13 @@ import torch
 
 @dataclass
 class LossOutput:
-    """A scalar loss plus detached diagnostics, keyed ``component/name`` (e.g. ``policy/clip_frac``)."""
+    """A scalar loss plus detached diagnostics, keyed ``component/name`` (e.g. ``policy/clip_frac``);
+    ``terms``: the loss's terms by name, with their graphs (``PaWModule.compute_loss``: ``policy``,
+    ``world_model``), for :mod:`paw_lightning.training.term_gradients`."""
 
     loss: torch.Tensor
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    terms: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,6 +16,23 @@ from paw_lightning.rollout.samples import RolloutBuffer
 
 
 @dataclass
+class FixedSamples:
+    """This rank's share of a split's fixed held-out transitions (:mod:`paw_lightning.fixed_set`),
+    as world-model samples per source, and how the module scores them.
+
+    Args:
+    sources: source name → samples.
+    batch_size: samples per forward (``data.evaluation.batch_size``).
+    predict: transitions per source, all ranks together, whose next observation is also
+        predicted free-running (``data.evaluation.fixed.predict``).
+    """
+
+    sources: dict[str, RolloutBuffer]
+    batch_size: int
+    predict: int
+
+
+@dataclass
 class PlayedEpisodes:
     """Args:
     split: ``train``, ``val`` or ``test``.
@@ -36,6 +53,8 @@ class PlayedEpisodes:
         configured groups, the tasks any estimator plays at this iteration, and more groups
         with ``oversample`` > 1), played before any group is kept by its returns; what
         ``train/episode/*`` describes. ``None``: ``trajectories``.
+    fixed: for ``val`` / ``test``, the split's fixed held-out transitions (not played now:
+        the same in every evaluation); ``None`` with ``data.evaluation.fixed: null``.
     """
 
     split: str
@@ -50,6 +69,7 @@ class PlayedEpisodes:
     metrics: dict[str, float] = field(default_factory=dict)
     dream: DreamRecords | None = None
     first_round: list[Trajectory] | None = None
+    fixed: FixedSamples | None = None
 
     @property
     def policy_episodes(self) -> list[Trajectory]:

@@ -91,6 +91,15 @@ def gather_floats(value: float) -> list[float]:
     return [t.item() for t in every]
 
 
+def gather_objects(value) -> list:
+    """Every rank's picklable ``value``, in rank order (``[value]`` in a single process); a collective."""
+    if not is_distributed():
+        return [value]
+    every = [None] * world_size()
+    dist.all_gather_object(every, value)
+    return every
+
+
 def idle_batch(token_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """A two-token batch with nothing to learn (every mask empty), for a rank that has no
     samples left while its peers still run forwards and backwards (collectives under

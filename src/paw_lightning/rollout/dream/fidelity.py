@@ -6,11 +6,11 @@ with t + k ≤ T, the model predicts free-running:
     ô_{t+1} = WM(h_t, a_t),   ô_{t+j+1} = WM(ĥ_{t+j}, a_{t+j})  (j ≥ 1),
 
 where h_t is the real prompt (its context is exactly the training sample's, so k = 1 is what
-``val/wm/*`` measures, on every transition) and ĥ_{t+j} is the prompt of step t+j rendered with
+``val/wm_onpolicy/*`` measures, on every transition) and ĥ_{t+j} is the prompt of step t+j rendered with
 the *predicted* observations ô_{t+1} … ô_{t+j} in place of the real ones (history and current
 observation) and the *real* responses a_t … a_{t+j}. The prediction ô_{t+k} is scored against
 the real o_{t+k} (:mod:`~paw_lightning.rollout.dream.measures`). Each prediction is as many
-tokens as the real o_{t+k} (as ``val/wm/*``). A chain stops at the trajectory's end, after H
+tokens as the real o_{t+k} (as ``val/wm_onpolicy/*``). A chain stops at the trajectory's end, after H
 predictions, or before a transition the environment marks as no world-model target.
 
 Simplification: the admissible actions in ĥ_{t+j} are the judge's for the predicted state when

@@ -44,7 +44,7 @@ class Transition:
     environment receives (``action``), the observation o_t shown in h_t (real or imagined), the
     token ids when known (``None``: the predictor templates and encodes the texts) and
     ``length_of``, the text whose token count bounds the prediction: the true o_{t+1} when it is
-    known (k-step fidelity, as ``val/wm/*``), else o_t (a dream: observations of a task are about
+    known (k-step fidelity, as ``val/wm_onpolicy/*``), else o_t (a dream: observations of a task are about
     as long as each other). A scripted predictor may ignore all but what it needs."""
 
     prompt: str

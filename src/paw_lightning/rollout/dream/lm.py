@@ -5,7 +5,7 @@ at the evaluation's temperature, one seed per call. :class:`WorldModelPredictor`
 each context is ``[h_t][a_t]`` followed by the world-model segment's head (the end of the
 assistant turn and the next user turn's header, :class:`~paw_lightning.rollout.samples.ChatSegments`),
 exactly the tokens before the observation in a training sample, continued greedily by
-:func:`generate_observations`, which ``val/wm/*``'s free-running predictions use as well.
+:func:`generate_observations`, which ``val/wm_onpolicy/*``'s free-running predictions use as well.
 """
 from __future__ import annotations
 
