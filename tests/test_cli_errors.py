@@ -21,6 +21,9 @@ def run_cli(*args: str, cwd) -> subprocess.CompletedProcess:
         (["--data.env=frozenlak"], "unknown environment 'frozenlak'"),
         (["--model.lm.name_or_path=/no/such/model"], "/no/such/model"),
         (["--data.rollout.groups=0"], "data.rollout.groups = 0: must be an integer > 0"),
+        (["--data.evaluation.fixed.sources=[oracle]"], "data.evaluation.fixed.sources: unknown source 'oracle'"),
+        (["--data.evaluation.fixed.tasks=0"], "data.evaluation.fixed.tasks = 0: must be an integer > 0"),
+        (["--data.evaluation.fixed.transitions=0"], "data.evaluation.fixed.transitions = 0: must be an integer > 0"),
     ],
 )
 def test_bad_values_give_one_clear_line(tiny_model_dir, tmp_path, extra, expected):

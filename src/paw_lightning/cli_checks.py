@@ -145,6 +145,8 @@ def one_line(message: str, args: list[str] | tuple = ()) -> str:
         first = reasons[0] if reasons else "invalid arguments"
         return re.sub(r"^unrecognized arguments: (?:(?:fit|validate|test) )+", "unrecognized arguments: ", first)
     key = ".init_args.".join(chain)
+    if any(isinstance(arg, str) and arg.startswith(f"--{'.'.join(chain)}=") for arg in args):
+        key = ".".join(chain)  # a dataclass or null (e.g. data.evaluation.fixed): its keys have no init_args
     allowed, value, other = _alternatives(block)
     if value is None:
         value = next((arg.split("=", 1)[1] for arg in args if isinstance(arg, str) and arg.startswith(f"--{key}=")), None)
