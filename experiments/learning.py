@@ -15,7 +15,8 @@ the CPU: docs/results/learning.md#runs-of-the-command)::
    ``trainer.check_val_every_n_epoch`` updates (the rollout of every update plays new maps
    too: its success is the on-policy curve);
 3. writes ``<out>/results.md`` (the table: held-out success, return, invalid-action rate,
-   ``val/wm_onpolicy/nll``, ``val/wm_onpolicy/exact_match``, mean ± std over seeds, with the warm-up's own
+   the world-model NLL on the fixed held-out transitions, ``val/wm_fixed/all/nll``, then
+   ``val/wm_onpolicy/nll``, ``val/wm_onpolicy/exact_match`` on the episodes just played, mean ± std over seeds, with the warm-up's own
    row, the lift over it, the PaW − vanilla difference paired by seed with the 95 % confidence
    interval of its mean success difference (Student's t), a bound on the standard error that one
    validation's episodes alone give each row's success, on FrozenLake the scripted reference
@@ -67,8 +68,9 @@ COLUMNS = [  # (header, metric key, shown in %)
     ("Success %", SUCCESS, True),
     ("Return", "val/episode/return_mean", False),
     ("Invalid %", "val/episode/invalid_rate", True),
-    ("WM NLL", "val/wm_onpolicy/nll", False),
-    ("WM exact %", "val/wm_onpolicy/exact_match", True),
+    ("WM NLL, fixed set", "val/wm_fixed/all/nll", False),  # the fixed held-out transitions: the same data for every run
+    ("WM NLL, on-policy", "val/wm_onpolicy/nll", False),  # the episodes just played: moves with the policy
+    ("WM exact %, on-policy", "val/wm_onpolicy/exact_match", True),
 ]
 DREAM_COLUMNS = [  # (header, metric key, shown in %): the world model as a simulator (docs/reference/dream.md)
     *((f"exact@{k} %", f"val/dream/exact_at_{k}", True) for k in range(1, 5)),

@@ -41,6 +41,7 @@ def store(tmp_path, request):
             client.log_metric(rid, "val/episode/success_rate", value, step=epoch)
             client.log_metric(rid, "val/episode/invalid_rate", 0.0, step=epoch)
             client.log_metric(rid, "val/wm_onpolicy/nll", NLL[objective][epoch], step=epoch)
+            client.log_metric(rid, "val/wm_fixed/all/nll", NLL[objective][epoch] + 1.0, step=epoch)  # the fixed set's: its own column
         for epoch in range(6):
             client.log_metric(rid, "train/policy/advantage_std", 0.0 if epoch % 3 == 0 else 1.0, step=epoch)
             if objective == "paw":  # a newer run; update 0's advantages are all equal and non-zero (std 0)
@@ -67,13 +68,14 @@ def test_report_table_and_plot(store):
         {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in part.splitlines() if line.startswith("| ")}
         for part in (results, diagnostics)
     )
-    # columns: success %, return, invalid %, WM NLL, WM exact %, lift, seeds
-    assert rows["warm-up (before RL)"][0] == "15.0 ± 7.1" and rows["warm-up (before RL)"][3] == "0.800 ± 0.000"
-    assert rows["gigpo + vanilla"][0] == "45.0 ± 7.1" and rows["gigpo + vanilla"][5] == "+30.0 ± 0.0"
-    assert rows["gigpo + paw"][0] == "60.0 ± 14.1" and rows["gigpo + paw"][5] == "+45.0 ± 7.1"
-    assert rows["gigpo + paw"][3] == "0.300 ± 0.000"
+    # columns: success %, return, invalid %, WM NLL fixed set, WM NLL on-policy, WM exact %, lift, seeds
+    assert rows["warm-up (before RL)"][0] == "15.0 ± 7.1" and rows["warm-up (before RL)"][4] == "0.800 ± 0.000"
+    assert rows["warm-up (before RL)"][3] == "1.800 ± 0.000"
+    assert rows["gigpo + vanilla"][0] == "45.0 ± 7.1" and rows["gigpo + vanilla"][6] == "+30.0 ± 0.0"
+    assert rows["gigpo + paw"][0] == "60.0 ± 14.1" and rows["gigpo + paw"][6] == "+45.0 ± 7.1"
+    assert rows["gigpo + paw"][4] == "0.300 ± 0.000" and rows["gigpo + paw"][3] == "1.300 ± 0.000"
     assert rows["paw − vanilla (paired by seed)"][0] == "+15.0 ± 7.1"  # per seed +10, +20
-    assert rows["paw − vanilla (paired by seed)"][3] == "-0.400 ± 0.000"
+    assert rows["paw − vanilla (paired by seed)"][4] == "-0.400 ± 0.000" and rows["paw − vanilla (paired by seed)"][3] == "-0.400 ± 0.000"
     # +10 and +20 points: s/√2 = 5, t(1 d.o.f., 0.975) = 12.706
     assert "- paw − vanilla: +15.0 points, 95 % CI [-48.5, +78.5] over 2 seeds; the interval holds 0: these seeds do not tell the two apart" in text
     # diagnostics: 4 of 6 updates had a non-zero advantage; median of 30+3e per update = 37.5 s
@@ -163,10 +165,10 @@ def test_several_algorithms_are_rows_of_one_table(tmp_path):
     text = learning.write_report(uri, "learning", tmp_path, ["gigpo_verl", "dapo"], ["vanilla", "paw"])
     results, rest = text.split("Success of the updates' own rollouts")
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in results.splitlines() if line.startswith("| ")}
-    # columns: success %, return, invalid %, WM NLL, WM exact %, lift, seeds
+    # columns: success %, return, invalid %, WM NLL fixed set, WM NLL on-policy, WM exact %, lift, seeds
     assert rows["warm-up (before RL)"][0] == "20.0 ± 14.1" and rows["warm-up (before RL)"][-1] == "2"  # seeds 0 and 1, over both algorithms
-    assert rows["gigpo_verl + vanilla"][0] == "40.0" and rows["gigpo_verl + vanilla"][5] == "+30.0"
-    assert rows["dapo + vanilla"][0] == "45.0 ± 7.1" and rows["dapo + vanilla"][5] == "+25.0 ± 21.2"  # lifts +40 and +10
+    assert rows["gigpo_verl + vanilla"][0] == "40.0" and rows["gigpo_verl + vanilla"][6] == "+30.0"
+    assert rows["dapo + vanilla"][0] == "45.0 ± 7.1" and rows["dapo + vanilla"][6] == "+25.0 ± 21.2"  # lifts +40 and +10
     assert rows["gigpo_verl: paw − vanilla (paired by seed)"][0] == "+20.0"
     assert not any("dapo: paw" in name for name in rows)  # DAPO ran no PaW: nothing to pair
     diag = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in rest.split("RL diagnostics")[1].splitlines() if line.startswith("| ")}
