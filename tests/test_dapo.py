@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from paw_lightning.cli import main
-from paw_lightning.data import RolloutDataModule, RolloutSettings
+from paw_lightning.data import EvaluationSettings, RolloutDataModule, RolloutSettings
 from paw_lightning.metrics import episode_metrics
 from paw_lightning.module import policy_mask
 from paw_lightning.objectives import PolicyObjective
@@ -77,7 +77,7 @@ def datamodule(tokenizer, seed: int, max_extra_rounds: int = 3, wins=by_target, 
     """A data module on the target environment, attached to a stand-in trainer at epoch 0 whose
     policy is a :class:`ScriptedPolicy`; its ``rounds`` record each round's (group id, task seed) pairs."""
     settings = RolloutSettings(groups=2, group_size=2, max_steps=1, dynamic_sampling=DynamicSampling(True, max_extra_rounds), **rollout)
-    dm = RolloutDataModule(env="learning_env.TargetActionEnv", rollout=settings, seed=seed, progress=False)
+    dm = RolloutDataModule(env="learning_env.TargetActionEnv", rollout=settings, evaluation=EvaluationSettings(fixed=None), seed=seed, progress=False)  # a scripted policy: no fixed set
     policy = ScriptedPolicy(tokenizer, settings.group_size, wins, truncated=settings.mask_truncated)
     dm.trainer = SimpleNamespace(current_epoch=0, lightning_module=policy, max_epochs=5, max_steps=-1, global_step=0)
     dm.rounds = []
@@ -185,7 +185,7 @@ def test_ranks_play_the_same_number_of_rounds(tokenizer, monkeypatch, capsys, mi
     monkeypatch.setattr(distributed, "gather_floats", lambda v: [float(v), 0.0])
     wins = (lambda target, episode: episode == 0) if mine_done else (lambda target, episode: False)
     settings = RolloutSettings(groups=4, group_size=2, max_steps=1, dynamic_sampling=DynamicSampling(True, max_extra_rounds=2))
-    dm = RolloutDataModule(env="learning_env.TargetActionEnv", rollout=settings, seed=3, progress=False)
+    dm = RolloutDataModule(env="learning_env.TargetActionEnv", rollout=settings, evaluation=EvaluationSettings(fixed=None), seed=3, progress=False)
     policy = ScriptedPolicy(tokenizer, 2, wins)
     dm.trainer = SimpleNamespace(current_epoch=0, lightning_module=policy, max_epochs=5, max_steps=-1, global_step=0)
     dm.train_dataloader()

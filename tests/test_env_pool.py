@@ -194,7 +194,7 @@ def test_a_fit_survives_a_hanging_environment(tiny_model_dir, tmp_path, monkeypa
 
     monkeypatch.chdir(tmp_path)
     vanilla = str(ROOT / "configs/objectives/vanilla.yaml")  # FaultyEnv declares no R_max for the adaptive λ
-    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "-c", vanilla, "--trainer.max_epochs=1", f"--data.env={FAULTY}", "--data.env_kwargs={hang_at_step: 1}",
+    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "-c", vanilla, "--trainer.max_epochs=1", f"--data.env={FAULTY}", "--data.env_kwargs={hang_at_step: 1}", "--data.evaluation.fixed=null",
                             "--data.env_workers=1", "--data.env_timeout=3")])
     client, (run,) = mlflow_runs(tmp_path)
     assert metric_history(client, run, "train/episode/env_error_rate") == [1.0] and metric_history(client, run, "val/episode/env_error_rate") == [1.0]

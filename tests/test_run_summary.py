@@ -130,7 +130,8 @@ def test_fit_prints_the_summary_of_its_logged_validations_and_plain_progress_lin
     # the printed summary: every cell is the value logged at step -1 (before) and step 2 (after)
     first, rows = _printed_rows(out)
     assert first == "Summary: held-out validation before the first update → after epoch 2"
-    assert list(rows) == ["val/episode/success_rate", "val/episode/invalid_rate", "val/episode/return_mean", "val/wm_onpolicy/nll", "val/wm_onpolicy/exact_match"]
+    fixed = [f"val/wm_fixed/{s}/nll" for s in ("all", "expert", "random", "start_policy")] + ["val/wm_fixed/all/exact_match"]
+    assert list(rows) == ["val/episode/success_rate", "val/episode/invalid_rate", "val/episode/return_mean", *fixed, "val/wm_onpolicy/nll", "val/wm_onpolicy/exact_match"]
     for key, (before, after, change) in rows.items():
         b, a = _value_at(client, run, key, -1), _value_at(client, run, key, 2)
         assert _cell_matches(before, b) and _cell_matches(after, a), (key, before, after, b, a)

@@ -98,7 +98,7 @@ def has_expert(env_factory) -> bool:
 # ------------------------------------------------------------------ storage
 def trajectory_state(traj: Trajectory) -> dict:
     """A trajectory as plain Python values (JSON and ``torch.load(weights_only=True)`` both read them)."""
-    return dataclasses.asdict(traj)
+    return json.loads(json.dumps(dataclasses.asdict(traj), default=float))  # an environment's numpy reward becomes a float
 
 
 def trajectory_from_state(state: dict) -> Trajectory:
