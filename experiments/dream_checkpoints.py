@@ -35,16 +35,22 @@ ONE_STEP = (("wm NLL", "val/wm_onpolicy/nll", False), ("wm token acc %", "val/wm
             ("first-token NLL", "val/wm_onpolicy/first_token_nll", False), ("first-token acc %", "val/wm_onpolicy/first_token_acc", True))
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    shared = argv[argv.index("--") + 1 :] if "--" in argv else []
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def benchmark_parser(description: str) -> argparse.ArgumentParser:
+    """The options naming a learning benchmark's runs (shared with ``fixed_checkpoints.py``)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", default="runs/learning", help="the learning benchmark's --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--objectives", nargs="+", default=["vanilla", "paw"])
     parser.add_argument("--algorithm", default="gigpo_verl")
     parser.add_argument("--env", default="frozenlake")
     parser.add_argument("--overlay", default=str(ROOT / "configs/learning/frozenlake.yaml"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    shared = argv[argv.index("--") + 1 :] if "--" in argv else []
+    parser = benchmark_parser(__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=32, help="data.evaluation.dream.tasks")
     parser.add_argument("--horizon", type=int, default=4, help="data.evaluation.dream.horizon")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of each validate")

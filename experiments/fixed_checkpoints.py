@@ -15,7 +15,6 @@ Run it where the benchmark ran (the warm-up file its ``warmup.log`` names); argu
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-from dream_checkpoints import last_checkpoint, warmup_weights  # noqa: E402
+from dream_checkpoints import benchmark_parser, last_checkpoint, warmup_weights  # noqa: E402
 from grid import ROOT, env_config  # noqa: E402
 from learning import cell  # noqa: E402
 
@@ -34,13 +33,7 @@ MEASURES = (("NLL", "nll", False), ("token acc %", "token_acc", True), ("exact %
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     shared = argv[argv.index("--") + 1 :] if "--" in argv else []
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="runs/learning", help="the learning benchmark's --out")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--objectives", nargs="+", default=["vanilla", "paw"])
-    parser.add_argument("--algorithm", default="gigpo_verl")
-    parser.add_argument("--env", default="frozenlake")
-    parser.add_argument("--overlay", default=str(ROOT / "configs/learning/frozenlake.yaml"))
+    parser = benchmark_parser(__doc__.split("\n")[0])
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     out = Path(args.out)
     from paw_lightning.cli import PawCLI

@@ -42,7 +42,7 @@ from paw_lightning.rollout.dream.play import dream_evaluation
 from paw_lightning.rollout.dream.settings import DreamSettings
 from paw_lightning.rollout.dynamic_sampling import DynamicSampling, sample_groups
 from paw_lightning.rollout.engine import GenerationEngine
-from paw_lightning.fixed_set import SOURCES as FIXED_SOURCES, FixedSet, FixedSetSettings, build_source, has_expert, note, scripted_trajectories
+from paw_lightning.fixed_set import SOURCES as FIXED_SOURCES, FixedSet, FixedSetSettings, build_source, has_expert, note, opened, scripted_trajectories
 from paw_lightning.rollout.played import FixedSamples, PlayedEpisodes
 from paw_lightning.rollout.prompts import EpisodeState, PromptBuilder
 from paw_lightning.rollout.samples import RolloutBuffer, build_buffer
@@ -338,13 +338,9 @@ class RolloutDataModule(LightningDataModule):
         """What determines every source's transitions of ``split`` besides the source's own
         settings: environment, step cap, tokenizer and the rendered first prompt of task 0 (so
         that a change to the prompt or the environment's text makes new transitions)."""
-        env = self.eval_env_factory()
-        try:
+        with opened(self.eval_env_factory) as env:
             obs, info = env.reset(derive_seed(split, 0), 0)
             first_prompt = self.prompt.render(EpisodeState.start(obs, info))
-        finally:
-            if callable(getattr(env, "close", None)):
-                env.close()
         tokenizer = self.policy.tokenizer
         return {"env": self.env_name, "env_kwargs": self.eval_plan(split)["env_kwargs"], "max_steps": self.rollout.max_steps,
                 "tokenizer": [tokenizer.name_or_path, len(tokenizer)], "first_prompt": first_prompt}
@@ -355,12 +351,8 @@ class RolloutDataModule(LightningDataModule):
         gathered, so every rank holds the whole set)."""
         settings, policy = self.evaluation.fixed, self.policy
         if source != "start_policy":
-            env = self.eval_env_factory()
-            try:
+            with opened(self.eval_env_factory) as env:
                 return scripted_trajectories(env, policy.tokenizer, self.prompt, task_seeds, source, settings.seed, self.rollout.max_steps)
-            finally:
-                if callable(getattr(env, "close", None)):
-                    env.close()
         mine = self._my_groups(len(task_seeds))
         if "fixed" not in self.pools:
             self.pools["fixed"] = EnvPool(self.eval_env_factory, len(mine), num_workers=self.env_workers, timeout=self.env_timeout)

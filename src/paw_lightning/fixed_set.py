@@ -10,7 +10,7 @@ one list per *source*:
 - ``random``: uniformly random admissible actions (``help`` excluded), where the environment
   lists admissible actions;
 - ``start_policy``: the policy as RL starts (after the warm-up and any other stage), frozen:
-  played once at ``on_fit_start`` at the evaluation temperature.
+  played once, at the first training rollout, at the evaluation temperature.
 
 Source s of split ``val`` / ``test`` plays the split's first ``tasks`` held-out tasks (task g
 resets with ``derive_seed(split, g)``, as the evaluation does), one episode each, at most
@@ -30,6 +30,7 @@ it evaluates (a line on stderr says so).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -87,6 +88,17 @@ class FixedSetSettings:
                                  "data.evaluation.fixed=null turns the fixed set off")
         if self.predict < 0:
             raise ValueError(f"data.evaluation.fixed.predict must be at least 0 (got {self.predict})")
+
+
+@contextlib.contextmanager
+def opened(env_factory):
+    """A new environment from ``env_factory`` in this process, closed after the block."""
+    env = env_factory()
+    try:
+        yield env
+    finally:
+        if callable(getattr(env, "close", None)):
+            env.close()
 
 
 def has_expert(env_factory) -> bool:
@@ -160,8 +172,8 @@ def save_cached(cache_dir: str | None, split: str, source: str, key: str, trajec
 def keep_spread(trajectories: list[Trajectory], n: int) -> list[Trajectory]:
     """At most ``n`` of the trajectories' steps, spread evenly over all of them (in order);
     trajectories left without a step are dropped."""
-    steps = [(i, step) for i, traj in enumerate(trajectories) for step in traj.steps]
-    kept = {id(steps[j][1]) for j in spread_indices(len(steps), n)}
+    steps = [step for traj in trajectories for step in traj.steps]
+    kept = {id(steps[j]) for j in spread_indices(len(steps), n)}
     out = [dataclasses.replace(traj, steps=[s for s in traj.steps if id(s) in kept]) for traj in trajectories]
     return [traj for traj in out if traj.steps]
 
