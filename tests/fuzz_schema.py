@@ -6,7 +6,9 @@ included), the declared ranges of Lightning's and torch's keys
 YAML file under ``configs/`` selects by ``class_path`` (recursively). From each key's type come
 the values it must refuse: a wrong type, an empty string, a float for an integer, NaN and ±inf
 for a number, a value just outside each bound of a declared range (zero, negative, above 1,
-huge), a value outside a ``Literal``, and an unknown class path. A candidate is kept only if no
+huge), a value outside a ``Literal``, and an unknown class path. The environments' arguments
+(``data.env_kwargs``, ``data.evaluation.env_kwargs``: free-form mappings to the parser) come from
+each registered environment's constructor (:func:`env_argument_cases`). A candidate is kept only if no
 alternative of the key's type accepts it (:func:`accepts`), so every case is a value the CLI
 must refuse with one line naming the key.
 
@@ -35,6 +37,8 @@ from jsonargparse._typehints import ActionTypeHint
 
 from paw_lightning.cli import PawCLI, main
 from paw_lightning.cli_checks import DECLARED_RANGES
+from paw_lightning.envs import ENV_REGISTRY, resolve_env_class
+from paw_lightning.envs.world_model import Triplet, write_triplets
 
 from helpers import ROOT
 
@@ -253,6 +257,24 @@ def cases() -> list[Case]:
             full = f"{key}.init_args.{arg}"
             declared = DECLARED_RANGES.get(full)
             found += [Case((select, f"--{full}={value}"), full, value) for value in bad_values(declared or hint)]
+    return found
+
+
+def env_argument_cases(folder: pathlib.Path) -> list[Case]:
+    """Each typed constructor argument of each registered environment, given bad values under
+    ``data.env_kwargs`` and (for the first environment's) ``data.evaluation.env_kwargs``; the
+    world-model environment gets a valid triplet folder in ``folder`` for its required ``directory``."""
+    write_triplets(folder / "triplets" / "train.jsonl", [Triplet("t", "o", "a", "n", [("o0", "a0")])] * 3)
+    required = {"world_model": {"directory": str(folder / "triplets")}}
+    found: list[Case] = []
+    for name in sorted(ENV_REGISTRY):
+        cls = resolve_env_class(name)
+        base = (f"--data.env={name}", f"--data.env_kwargs={required.get(name, {})}")
+        for arg, hint in sorted(typing.get_type_hints(cls.__init__).items()):
+            if arg == "return" or arg in required.get(name, {}):
+                continue
+            for key in ("data.env_kwargs", "data.evaluation.env_kwargs") if name == "frozenlake" else ("data.env_kwargs",):
+                found += [Case((*base, f"--{key}.{arg}={value}"), f"{key}.{arg}", value) for value in bad_values(hint)]
     return found
 
 

@@ -24,6 +24,8 @@ def run_cli(*args: str, cwd) -> subprocess.CompletedProcess:
         (["--data.evaluation.fixed.sources=[oracle]"], "data.evaluation.fixed.sources: unknown source 'oracle'"),
         (["--data.evaluation.fixed.tasks=0"], "data.evaluation.fixed.tasks = 0: must be an integer > 0"),
         (["--data.evaluation.fixed.transitions=0"], "data.evaluation.fixed.transitions = 0: must be an integer > 0"),
+        (["--data.env_kwargs.hole_prob=2"], "data.env_kwargs.hole_prob = 2: must be a number >= 0 and < 1"),  # the environment's own range
+        (["--data.evaluation.env_kwargs.size=1"], "data.evaluation.env_kwargs.size = 1: must be an integer >= 2"),
     ],
 )
 def test_bad_values_give_one_clear_line(tiny_model_dir, tmp_path, extra, expected):

@@ -19,9 +19,10 @@ import time
 import pytest
 
 from paw_lightning.cli import main
+from paw_lightning.envs import ENV_REGISTRY
 
 from fuzz_files import FIXTURES, env_data_cases, file_cases
-from fuzz_schema import Case, as_parsed, cases, invoke, runs_in, shared_parser
+from fuzz_schema import Case, as_parsed, cases, env_argument_cases, invoke, runs_in, shared_parser
 from helpers import tiny_args
 
 MIN_CASES = 1000
@@ -30,8 +31,8 @@ CHUNKS = 4
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> list[Case]:
-    """The schema's cases, then the bad files' (fixed seed)."""
-    return cases() + file_cases(tmp_path_factory.mktemp("bad_files"), random.Random(0))
+    """The schema's cases, the environments' arguments, then the bad files' (fixed seed)."""
+    return cases() + env_argument_cases(tmp_path_factory.mktemp("env_arguments")) + file_cases(tmp_path_factory.mktemp("bad_files"), random.Random(0))
 
 
 def run_cases(chosen: list[Case], model_dir, workdir, capsys) -> list[tuple]:
@@ -70,6 +71,19 @@ def test_the_campaign_has_enough_cases_of_every_kind(generated):
     assert len(generated) >= MIN_CASES
     assert {"trainer.devices", "trainer.max_epochs", "data.rollout.temperature", "model.world_model_objective.init_args.alpha", "ckpt_path"} <= keys
     assert {case.subcommand for case in generated} == {"fit", "validate", "test"}
+    env_keys = {case.args[0].split("=")[1] for case in generated if case.key.startswith("data.env_kwargs.") and case.says_allowed}
+    assert env_keys == set(ENV_REGISTRY), env_keys  # every registered environment's arguments
+    assert {"data.env_kwargs.hole_prob", "data.evaluation.env_kwargs.size", "data.env_kwargs.tau_d"} <= keys
+
+
+def test_every_environment_argument_case(generated, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The environments' arguments (from their constructors' types) fail before anything loads,
+    each with one line naming the key and the value: cheap enough to run every case."""
+    monkeypatch.chdir(tmp_path)
+    chosen = [case for case in generated if case.key.startswith(("data.env_kwargs.", "data.evaluation.env_kwargs.")) and case.says_allowed]
+    print(f"{len(chosen)} bad environment arguments")
+    failures = run_cases(chosen, tiny_model_dir, tmp_path, capsys)
+    assert not failures, report(failures, chosen)
 
 
 def test_a_fixed_sample_of_the_campaign(generated, tiny_model_dir, tmp_path, monkeypatch, capsys):

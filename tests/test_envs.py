@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import pickle
+import sys
+import types
 from collections import Counter
 
 import pytest
@@ -177,9 +180,66 @@ def test_registry_errors_are_one_line_value_errors():
         "unknown environment 'frozenlak': choose one of alfworld, frozenlake, search_qa, sokoban, sudoku, webshop, world_model, "
         "or give a dotted path 'package.module.Class'"
     )
-    with pytest.raises(ValueError, match="'frozenlake'.*sise"):
+    with pytest.raises(ValueError, match="env_kwargs.sise: not an argument of the frozenlake environment"):
         make_env_factory("frozenlake", sise=4)
     with pytest.raises(ValueError, match="cannot import"):
         make_env_factory("paw_lightning.envs.nowhere.Env")
     with pytest.raises(ValueError, match="not an environment class"):
         make_env_factory("functools.partial")
+
+
+@pytest.mark.parametrize("layers, message", [
+    ([("data.env_kwargs", {"hole_prob": 2})], "data.env_kwargs.hole_prob = 2: must be a number >= 0 and < 1"),
+    ([("data.env_kwargs", {"size": 1})], "data.env_kwargs.size = 1: must be an integer >= 2"),
+    ([("data.env_kwargs", {"size": "four"})], "data.env_kwargs.size = 'four': must be an integer >= 2"),
+    ([("data.env_kwargs", {"layout": "diagonal"})], "data.env_kwargs.layout = 'diagonal': must be one of 'random', 'corners'"),
+    ([("data.env_kwargs", {"size": 3}), ("data.evaluation.env_kwargs", {"hole_prob": -0.1})],
+     "data.evaluation.env_kwargs.hole_prob = -0.1: must be a number >= 0 and < 1"),
+    ([("data.env_kwargs", {"observation": "coordinates"}), ("data.evaluation.env_kwargs", {"coordinates": False})],  # only the merged pair is wrong
+     "data.evaluation.env_kwargs: FrozenLake observation='coordinates' with coordinates=False would show nothing"),
+])
+def test_environment_arguments_are_checked_with_their_keys(layers, message):
+    from paw_lightning.envs import check_env_config
+
+    with pytest.raises(ValueError) as err:
+        check_env_config("frozenlake", layers)
+    assert str(err.value) == message
+
+
+def test_every_registered_environment_declares_typed_arguments():
+    """Each registered constructor's arguments are annotated (the parse-time check reads them), and
+    its defaults pass the check."""
+    import typing
+
+    from paw_lightning.envs import ENV_REGISTRY, check_env_config, resolve_env_class
+
+    for name in ENV_REGISTRY:
+        cls = resolve_env_class(name)
+        hints = typing.get_type_hints(cls.__init__)
+        assert set(inspect.signature(cls).parameters) <= set(hints), name
+        required = {"directory": "triplets"} if name == "world_model" else {}
+        check_env_config(name, [("data.env_kwargs", required)])
+    with pytest.raises(ValueError, match="data.env_kwargs: the world_model environment needs directory"):
+        check_env_config("world_model", [("data.env_kwargs", {})])
+
+
+def test_a_users_environment_is_type_checked_but_not_built(monkeypatch):
+    from paw_lightning.envs import check_env_config
+
+    built = []
+
+    class Costly:
+        def __init__(self, rate: float = 0.5):
+            built.append(rate)
+
+        def reset(self, seed, episode=0): ...
+
+        def step(self, response): ...
+
+    module = types.ModuleType("users_envs")
+    module.Costly = Costly
+    monkeypatch.setitem(sys.modules, "users_envs", module)
+    check_env_config("users_envs.Costly", [("data.env_kwargs", {"rate": 0.1})])
+    assert built == []
+    with pytest.raises(ValueError, match="data.env_kwargs.rate = 'fast': must be a number"):
+        check_env_config("users_envs.Costly", [("data.env_kwargs", {"rate": "fast"})])

@@ -181,7 +181,7 @@ def test_invalid_responses_use_a_turn_and_the_episode_ends_after_four(cache):
 def test_registry_builds_the_environment_lazily():
     factory = make_env_factory("search_qa", split="eval", topk=2)
     assert factory.func is SearchQAEnv
-    with pytest.raises(ValueError, match="bad argument"):
+    with pytest.raises(ValueError, match="env_kwargs.top_k: not an argument of the search_qa environment"):
         make_env_factory("search_qa", top_k=2)
     with pytest.raises(ValueError, match="retriever_url"):
         SearchQAEnv(retriever="http")

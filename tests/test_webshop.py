@@ -164,7 +164,7 @@ def test_bad_input_is_a_clear_value_error(tmp_path, monkeypatch):
     (bad / "items_human_ins.json").write_text("{not json")
     with pytest.raises(ValueError, match="malformed WebShop data file .*items_human_ins.json"):
         WebShopEnv(data_path=str(bad), cache_dir=str(tmp_path / "c")).reset(0)
-    with pytest.raises(ValueError, match="bad argument for environment 'webshop'"):
+    with pytest.raises(ValueError, match="env_kwargs.splitt: not an argument of the webshop environment"):
         make_env_factory("webshop", splitt="train")
 
 

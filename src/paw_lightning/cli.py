@@ -30,7 +30,7 @@ from paw_lightning.callbacks import RunSummary
 from paw_lightning.callbacks.stages import STAGES, stage_replacements
 from paw_lightning.cli_checks import check_declared_ranges, check_finite, one_line
 from paw_lightning.input_files import check_checkpoint, check_config_files, check_input_files
-from paw_lightning.data import RolloutDataModule
+from paw_lightning.data import RolloutDataModule, check_env_settings
 from paw_lightning.module import DEFAULT_LR, PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
 from paw_lightning.ranges import PositiveFloat, PositiveInt
@@ -103,7 +103,8 @@ class PawCLI(LightningCLI):
         """Parse; then (rank 0, also for ``--print_config``) one stderr line per stage that a
         later ``-c`` file changed, replaced or removed (:func:`~paw_lightning.callbacks.stages.stage_replacements`);
         then the checks of :mod:`paw_lightning.cli_checks` (NaN/inf, the declared ranges of
-        Lightning's keys) and :mod:`paw_lightning.input_files`, before the seed is set and anything is built."""
+        Lightning's keys), the environment's arguments (:func:`~paw_lightning.data.check_env_settings`)
+        and :mod:`paw_lightning.input_files`, before the seed is set and anything is built."""
         argv = sys.argv[1:] if args is None else args
         files = _config_files(argv) if isinstance(argv, (list, tuple)) else []
         try:
@@ -116,6 +117,8 @@ class PawCLI(LightningCLI):
         config = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
         check_finite(config)  # the input (paw_lightning.cli_checks), before the seed is set or anything is built
         check_declared_ranges(config)
+        if config.get("data") is not None:  # the environment's arguments, before the files they name are read
+            check_env_settings(config.data.env, config.data.env_kwargs, config.data.evaluation.get("env_kwargs"))
         check_input_files(config)
 
     def _instantiate_trainer(self, config: dict, callbacks: list):

@@ -30,7 +30,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, IterableDataset
 
-from paw_lightning.envs import EnvPool, make_env_factory, tagged_env_kwargs
+from paw_lightning.envs import EnvPool, check_env_config, make_env_factory, tagged_env_kwargs
 from paw_lightning.evaluation import eval_plan
 from paw_lightning.ranges import NonNegativeFloat, NonNegativeInt, NonPositiveFloat, PositiveInt
 from paw_lightning.rollout.collector import Collector, Trajectory, derive_seed
@@ -143,6 +143,14 @@ class EvaluationSettings:
     fixed: FixedSetSettings | None = field(default_factory=FixedSetSettings)
 
 
+def check_env_settings(env: str, env_kwargs: dict | None, evaluation_env_kwargs: dict | None) -> None:
+    """``data.env``'s arguments for training (``data.env_kwargs``) and for validation and test
+    (those overridden by ``data.evaluation.env_kwargs``), each error naming its key
+    (:func:`~paw_lightning.envs.check_env_config`). The CLI calls it while parsing, before the
+    input files are read; the data module again, for a module built in Python."""
+    check_env_config(env, [("data.env_kwargs", env_kwargs), ("data.evaluation.env_kwargs", evaluation_env_kwargs)])
+
+
 class RolloutDataModule(LightningDataModule):
     """Args:
     env: environment name (``frozenlake``, ``sokoban``, ``sudoku``, ``alfworld``, ``webshop``, ``search_qa``) or dotted path to a TextEnv class.
@@ -186,6 +194,7 @@ class RolloutDataModule(LightningDataModule):
         rollout.dynamic_sampling.check(rollout.group_size)
         overlong.check(rollout.max_new_tokens, rollout.overlong_buffer, rollout.overlong_penalty_factor)
         self.env_kwargs = dict(env_kwargs or {})
+        check_env_settings(env, self.env_kwargs, evaluation.env_kwargs)
         self.env_factory = make_env_factory(env, **self.env_kwargs)
         self.eval_env_factory = make_env_factory(env, **{**self.env_kwargs, **(evaluation.env_kwargs or {})})
         self.env_name = env.rsplit(".", 1)[-1]

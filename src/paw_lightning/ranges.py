@@ -28,6 +28,11 @@ NonPositiveFloat = restricted_number_type("NonPositiveFloat", float, [("<=", 0.0
 AboveOne = restricted_number_type("AboveOne", float, [(">", 1.0)])  # a ratio bound above 1 (dual clip)
 AtLeastOne = restricted_number_type("AtLeastOne", float, [(">=", 1.0)])  # a multiplier that never shrinks
 FromMinusOne = restricted_number_type("FromMinusOne", int, [(">=", -1)])  # a count where -1 means "no limit" / "all"
+# the environments' own (envs/arguments.py checks data.env_kwargs against them)
+AtLeastTwo = restricted_number_type("AtLeastTwo", int, [(">=", 2)])  # a FrozenLake side
+AtLeastFive = restricted_number_type("AtLeastFive", int, [(">=", 5)])  # a Sokoban room side: a 3x3 interior
+OneToTen = restricted_number_type("OneToTen", int, [(">=", 1), ("<=", 10)])  # Sudoku's blanks
+CosineDistance = restricted_number_type("CosineDistance", float, [(">", 0.0), ("<=", 2.0)])  # a threshold of 1 - cos
 
 
 def describe(range_type) -> str:

@@ -2,7 +2,7 @@
 from paw_lightning.envs.base import EnvError, TextEnv
 from paw_lightning.envs.frozenlake import FrozenLakeEnv
 from paw_lightning.envs.pool import EnvPool
-from paw_lightning.envs.registry import ENV_REGISTRY, make_env_factory, resolve_env_class, tagged_env_kwargs
+from paw_lightning.envs.registry import ENV_REGISTRY, check_env_config, make_env_factory, resolve_env_class, tagged_env_kwargs
 from paw_lightning.envs.sokoban import SokobanEnv
 from paw_lightning.envs.sudoku import SudokuEnv
 
@@ -14,6 +14,7 @@ __all__ = [
     "SokobanEnv",
     "SudokuEnv",
     "TextEnv",
+    "check_env_config",
     "make_env_factory",
     "resolve_env_class",
     "tagged_env_kwargs",

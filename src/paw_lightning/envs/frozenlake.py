@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from paw_lightning.envs.base import EnvError, Outcome
+from paw_lightning.ranges import AtLeastTwo, UnitIntervalClosedOpen
 from paw_lightning.envs.grid import (
     ACTIONS,
     COORDINATES_RULE,
@@ -28,8 +30,9 @@ from paw_lightning.envs.grid import (
     shift,
 )
 
-OBSERVATIONS = ("full", "coordinates")
-LAYOUTS = ("random", "corners")
+Observation = Literal["full", "coordinates"]
+Layout = Literal["random", "corners"]
+OBSERVATIONS, LAYOUTS = get_args(Observation), get_args(Layout)
 PERPENDICULAR = {
     "Up": ("Left", "Right"),
     "Down": ("Right", "Left"),
@@ -43,7 +46,7 @@ class FrozenLakeEnv:
 
     max_return = 1.0  # R_max of METHODS.md §3c: the return of a won episode
 
-    def __init__(self, size: int = 4, slippery: bool = False, hole_prob: float = 0.2, observation: str = "full", layout: str = "random", coordinates: bool = True) -> None:
+    def __init__(self, size: AtLeastTwo = 4, slippery: bool = False, hole_prob: UnitIntervalClosedOpen = 0.2, observation: Observation = "full", layout: Layout = "random", coordinates: bool = True) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"FrozenLake layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if observation not in OBSERVATIONS:

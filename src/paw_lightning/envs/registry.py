@@ -5,17 +5,19 @@ path ``"package.module.ClassName"`` to a user environment implementing ``TextEnv
 entry may itself be a dotted path, imported on first use (``alfworld``: importing
 paw_lightning does not import textworld). The
 factory is a ``functools.partial`` of the class, so it pickles by reference and can be
-sent to ``EnvPool`` worker processes. Keyword arguments are checked against the class
-signature up front (without building an environment), so a typo in a config fails at
-start-up with a ``ValueError`` instead of inside a worker.
+sent to ``EnvPool`` worker processes. Keyword arguments are checked up front against the
+constructor's signature and types, and a registered environment is built once with them
+(:mod:`paw_lightning.envs.arguments`), so a typo or a value out of range fails at start-up with
+one ``ValueError`` instead of inside every worker.
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from paw_lightning.envs.arguments import check_env_arguments
 from paw_lightning.envs.base import TextEnv
 from paw_lightning.envs.frozenlake import FrozenLakeEnv
 from paw_lightning.envs.sokoban import SokobanEnv
@@ -49,14 +51,19 @@ def resolve_env_class(name: str) -> type:
     return cls
 
 
-def make_env_factory(name: str, **kwargs) -> Callable[[], TextEnv]:
-    """A picklable zero-argument callable that builds environment ``name`` with ``kwargs``."""
+def check_env_config(name: str, layers: Sequence[tuple[str, dict | None]]) -> type:
+    """The class of environment ``name``, after checking the keyword arguments that ``layers``
+    give (``(config key, mapping)`` pairs merged in order, e.g. ``data.env_kwargs`` then
+    ``data.evaluation.env_kwargs``; :func:`~paw_lightning.envs.arguments.check_env_arguments`):
+    a ``ValueError`` naming the key otherwise. A registered class is built once per layer."""
     cls = resolve_env_class(name)
-    try:
-        inspect.signature(cls).bind(**kwargs)
-    except TypeError as err:
-        raise ValueError(f"bad argument for environment {name!r}: {err}") from None
-    return functools.partial(cls, **kwargs)
+    check_env_arguments(name, cls, layers, build=name in ENV_REGISTRY)
+    return cls
+
+
+def make_env_factory(name: str, **kwargs) -> Callable[[], TextEnv]:
+    """A picklable zero-argument callable that builds environment ``name`` with ``kwargs`` (checked first)."""
+    return functools.partial(check_env_config(name, [("env_kwargs", kwargs)]), **kwargs)
 
 
 def tagged_env_kwargs(factory: Callable[[], TextEnv]) -> dict:

@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 
 from paw_lightning.envs.base import EnvError, Outcome
+from paw_lightning.ranges import AtLeastFive, NonNegativeInt, PositiveInt
 from paw_lightning.envs.grid import (
     ACTIONS,
     COORDINATES_RULE,
@@ -61,7 +62,7 @@ class SokobanEnv:
     max_return = 1.0  # R_max of METHODS.md §3c: the return of a won episode
 
     def __init__(
-        self, size: int = 6, num_boxes: int = 1, max_generation_tries: int = 1000, max_inner_walls: int = 2, coordinates: bool = True
+        self, size: AtLeastFive = 6, num_boxes: PositiveInt = 1, max_generation_tries: PositiveInt = 1000, max_inner_walls: NonNegativeInt = 2, coordinates: bool = True
     ) -> None:
         if size < 5:
             raise ValueError(f"Sokoban size must be >= 5 (a 3x3 interior), got {size}")

@@ -16,6 +16,7 @@ import re
 from itertools import product
 
 from paw_lightning.envs.base import EnvError, Outcome
+from paw_lightning.ranges import OneToTen, PositiveInt
 from paw_lightning.envs.grid import COORDINATES_RULE, Pos, describe, format_pos, read_observation, render_grid
 
 DIGITS = (1, 2, 3, 4)
@@ -78,7 +79,7 @@ class SudokuEnv:
 
     max_return = 1.0  # R_max of METHODS.md §3c: the return of a won episode
 
-    def __init__(self, blanks: int = 6, coordinates: bool = True, max_generation_tries: int = 200):
+    def __init__(self, blanks: OneToTen = 6, coordinates: bool = True, max_generation_tries: PositiveInt = 200):
         if not 1 <= blanks <= 10:
             raise ValueError(f"Sudoku blanks must be in 1..10 (more rarely leave a unique solution), got {blanks}")
         self.blanks, self.coordinates, self.max_generation_tries = blanks, coordinates, max_generation_tries

@@ -16,14 +16,17 @@ import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from paw_lightning.embedding import SentenceEmbedder
 from paw_lightning.envs.base import EnvError
+from paw_lightning.ranges import CosineDistance, NonNegativeInt
 from paw_lightning.objectives.rwml import predicted_state, similarity_rewards, wrong_copy_reward_rate
 
 SPLITS = ("train", "candidates", "filter", "eval")
+Split = Literal[SPLITS]
 
 
 @dataclass
@@ -94,8 +97,8 @@ class WorldModelEnv:
     max_return = 1.0
 
     def __init__(
-        self, directory: str, split: str = "train", tau_d: float = 0.2, embedder: str = "embedded",
-        source: str = "frozenlake", source_kwargs: dict | None = None, history_length: int = 2,
+        self, directory: str, split: Split = "train", tau_d: CosineDistance = 0.2, embedder: str = "embedded",
+        source: str = "frozenlake", source_kwargs: dict | None = None, history_length: NonNegativeInt = 2,
     ):
         if split not in SPLITS:
             raise ValueError(f"unknown world-model split {split!r}: choose one of {', '.join(SPLITS)}")

@@ -14,9 +14,14 @@ import functools
 import json
 import os
 from collections.abc import Sequence
+from typing import Literal
 
 from paw_lightning.envs.alfworld.generator import SPLITS, TASK_TYPES, GameStore, GeneratorConfig
 from paw_lightning.envs.base import EnvError
+from paw_lightning.ranges import NonNegativeInt, PositiveInt
+
+Split = Literal[tuple(SPLITS)]
+Source = Literal["auto", "official", "generated"]
 
 WIN_REWARD = 10.0
 TASK_PREFIX = "Your task is to: "
@@ -103,14 +108,14 @@ class AlfWorldEnv:
 
     def __init__(
         self,
-        split: str = "train",
+        split: Split = "train",
         data_path: str | None = None,
-        source: str = "auto",
+        source: Source = "auto",
         task_types: Sequence[str] | None = None,
-        max_generated: int = 1000,
-        max_official: int | None = None,
+        max_generated: PositiveInt = 1000,
+        max_official: PositiveInt | None = None,
         task_mix: dict[str, float] | None = None,
-        generator_seed: int = 0,
+        generator_seed: NonNegativeInt = 0,
         ood_floor_plans: Sequence[int] | None = None,
         cache_dir: str | None = None,
     ) -> None:

@@ -11,14 +11,18 @@ Reference: docs/reference/environments.md#search-qa
 from __future__ import annotations
 
 import os
+from typing import Literal, get_args
 
 from paw_lightning.envs.base import EnvError
 from paw_lightning.envs.search_qa import data, expert, generator, index, protocol
 from paw_lightning.envs.search_qa.answers import exact_match
 from paw_lightning.retrieval.base import Cached, RetrievalError
 from paw_lightning.retrieval.http import RemoteRetriever
+from paw_lightning.ranges import NonNegativeInt, PositiveFloat, PositiveInt, UnitIntervalClosedOpen
 
-RETRIEVERS = ("bm25", "dense", "http")
+Retriever = Literal["bm25", "dense", "http"]
+RETRIEVERS = get_args(Retriever)
+Split = Literal[data.SPLITS]
 
 
 class SearchQAEnv:
@@ -39,22 +43,22 @@ class SearchQAEnv:
 
     def __init__(
         self,
-        split: str = "train",
+        split: Split = "train",
         questions_path: str | list[str] | None = None,
         corpus_path: str | None = None,
-        retriever: str = "bm25",
+        retriever: Retriever = "bm25",
         retriever_url: str | None = None,
         embedder: str = "embedded",
         use_faiss: bool = False,
-        topk: int = 3,
-        max_turns: int = 4,
-        timeout: float = 10.0,
-        people: int = 160,
-        places: int = 40,
-        organisations: int = 60,
-        works: int = 80,
-        generator_seed: int = 0,
-        eval_fraction: float = 0.1,
+        topk: PositiveInt = 3,
+        max_turns: PositiveInt = 4,
+        timeout: PositiveFloat = 10.0,
+        people: PositiveInt = 160,
+        places: PositiveInt = 40,
+        organisations: PositiveInt = 60,
+        works: PositiveInt = 80,
+        generator_seed: NonNegativeInt = 0,
+        eval_fraction: UnitIntervalClosedOpen = 0.1,
         cache_dir: str | None = None,
     ) -> None:
         if split not in data.SPLITS:

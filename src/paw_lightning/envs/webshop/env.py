@@ -11,10 +11,15 @@ Reference: docs/reference/environments.md#webshop
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from paw_lightning.envs.base import EnvError
 from paw_lightning.envs.webshop import data, expert, generator, pages, reward, store
 from paw_lightning.envs.webshop.reward import option_rule
+from paw_lightning.ranges import NonNegativeInt, PositiveInt, UnitIntervalClosedOpen
+
+Split = Literal[data.SPLITS]
+Source = Literal["auto", "official", "generated"]
 
 WIN_REWARD = 10.0
 
@@ -40,13 +45,13 @@ class WebShopEnv:
 
     def __init__(
         self,
-        split: str = "train",
+        split: Split = "train",
         data_path: str | None = None,
-        source: str = "auto",
-        num_products: int = 1000,
-        instructions_per_product: int = 2,
-        generator_seed: int = 0,
-        eval_fraction: float = 0.1,
+        source: Source = "auto",
+        num_products: PositiveInt = 1000,
+        instructions_per_product: PositiveInt = 2,
+        generator_seed: NonNegativeInt = 0,
+        eval_fraction: UnitIntervalClosedOpen = 0.1,
         ood_types: list[str] | None = None,
         dense_reward: bool = False,
         reward: str = "webshop",
