@@ -33,6 +33,7 @@ from paw_lightning.input_files import check_checkpoint, check_config_files, chec
 from paw_lightning.data import RolloutDataModule, check_env_settings
 from paw_lightning.module import DEFAULT_LR, PaWModule
 from paw_lightning.progress import PlainProgressBar, interactive
+from paw_lightning.rollout.failures import RolloutFailureError
 from paw_lightning.ranges import PositiveFloat, PositiveInt
 from paw_lightning.scale import peers
 from paw_lightning.tracking import EvaluationReport, MLflowSaveConfigCallback, MLflowTracking, resume_mlflow_run
@@ -287,7 +288,7 @@ def main(args: list[str] | None = None) -> None:
         message = one_line(str(err), argv) if str(err).strip() else type(err).__name__  # a class's union error: the innermost reason
         print(f"error: {message} (PAW_LIGHTNING_DEBUG=1 shows the traceback)", file=sys.stderr)
         sys.exit(2)
-    except (NonFiniteTrainingError, CheckpointWriteError, peers.PeerLostError) as err:  # the run itself failed (not its input): exit code 1
+    except (NonFiniteTrainingError, CheckpointWriteError, RolloutFailureError, peers.PeerLostError) as err:  # the run itself failed (not its input): exit code 1
         if os.environ.get("PAW_LIGHTNING_DEBUG"):
             raise
         peers.report(str(err))  # once: rank 0's child-process observer may have printed it already

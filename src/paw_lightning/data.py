@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from paw_lightning.envs import EnvPool, check_env_config, make_env_factory, tagged_env_kwargs
 from paw_lightning.evaluation import eval_plan
-from paw_lightning.ranges import NonNegativeFloat, NonNegativeInt, NonPositiveFloat, PositiveInt
+from paw_lightning.ranges import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, NonPositiveFloat, PositiveInt
 from paw_lightning.rollout.collector import Collector, Trajectory, derive_seed
 from paw_lightning.rollout import overlong
 from paw_lightning.rollout.dream.judge import Judge
@@ -41,6 +41,7 @@ from paw_lightning.rollout.dream.measures import DreamRecords
 from paw_lightning.rollout.dream.play import dream_evaluation
 from paw_lightning.rollout.dream.settings import DreamSettings
 from paw_lightning.rollout.dynamic_sampling import DynamicSampling, sample_groups
+from paw_lightning.rollout.failures import check_failures
 from paw_lightning.rollout.engine import GenerationEngine
 from paw_lightning.fixed_set import SOURCES as FIXED_SOURCES, FixedSet, FixedSetSettings, build_source, has_expert, note, opened, scripted_trajectories
 from paw_lightning.rollout.played import FixedSamples, PlayedEpisodes
@@ -162,6 +163,10 @@ class RolloutDataModule(LightningDataModule):
     env_workers: environment worker processes (0: step in this process).
     env_timeout: seconds a worker may take to answer one batched reset or step; a silent worker
         is killed and replaced, its episodes end failed (``env_error_rate``). Needs env_workers >= 1.
+    max_failed_share: a rollout (training, validation or test; all ranks together) in which more
+        than this share of the episodes failed in the environment, or every one, stops the run
+        with the environment's own error (:mod:`paw_lightning.rollout.failures`); below it the
+        failed episodes are counted (``env_error_rate``) and the run goes on.
     seed: seeds task selection and sampling; default: the run's ``seed_everything``.
     progress: show the rollout progress bar.
     """
@@ -176,6 +181,7 @@ class RolloutDataModule(LightningDataModule):
         mini_batch_size: int = 16,
         env_workers: int = 0,
         env_timeout: float | None = None,
+        max_failed_share: ClosedUnitInterval = 0.5,
         seed: int | None = None,
         progress: bool = True,
     ):
@@ -205,6 +211,7 @@ class RolloutDataModule(LightningDataModule):
             raise ValueError(f"data.env_timeout={env_timeout} needs a positive number of seconds and data.env_workers >= 1 "
                              "(an environment stepping in the training process cannot be interrupted)")
         self.env_workers, self.env_timeout, self.progress = env_workers, env_timeout, progress
+        self.max_failed_share = max_failed_share
         self._seed = seed
         self.pools: dict[str, EnvPool] = {}  # "train" and "eval", built on first use
         self.played: dict[str, PlayedEpisodes] = {}  # the latest episodes of each split: this module's output
@@ -347,7 +354,7 @@ class RolloutDataModule(LightningDataModule):
         """What determines every source's transitions of ``split`` besides the source's own
         settings: environment, step cap, tokenizer and the rendered first prompt of task 0 (so
         that a change to the prompt or the environment's text makes new transitions)."""
-        with opened(self.eval_env_factory) as env:
+        with opened(self.eval_env_factory, f"the {split} fixed held-out set") as env:
             obs, info = env.reset(derive_seed(split, 0), 0)
             first_prompt = self.prompt.render(EpisodeState.start(obs, info))
         tokenizer = self.policy.tokenizer
@@ -360,7 +367,7 @@ class RolloutDataModule(LightningDataModule):
         gathered, so every rank holds the whole set)."""
         settings, policy = self.evaluation.fixed, self.policy
         if source != "start_policy":
-            with opened(self.eval_env_factory) as env:
+            with opened(self.eval_env_factory, f"the {split} fixed held-out set ({source})") as env:
                 return scripted_trajectories(env, policy.tokenizer, self.prompt, task_seeds, source, settings.seed, self.rollout.max_steps)
         mine = self._my_groups(len(task_seeds))
         if "fixed" not in self.pools:
@@ -428,7 +435,9 @@ class RolloutDataModule(LightningDataModule):
         engine = policy.sampler(self.rollout.max_new_tokens, token_stats=train and policy.records_token_stats)
         collector = Collector(self._pool("train" if train else "eval"), engine, self.prompt, self.rollout.max_steps, self.rollout.invalid_penalty)
         with policy.generating():
-            return collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)
+            trajectories = collector.collect(tasks, group_size, temperature, seed, description, progress=self.progress)
+        check_failures(trajectories, self.max_failed_share, description)
+        return trajectories
 
     def _played(self, split: str, trajectories: list[Trajectory], every: list[Trajectory], started: float, metrics: dict | None = None) -> PlayedEpisodes:
         """The samples of ``trajectories``; the time since ``started`` and the response tokens

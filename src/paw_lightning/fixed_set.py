@@ -43,6 +43,7 @@ from pathlib import Path
 from paw_lightning.ranges import NonNegativeInt, PositiveInt
 from paw_lightning.demonstrations import expert_actions, play_episode, random_valid_actions
 from paw_lightning.rollout.collector import Step, Trajectory, derive_seed
+from paw_lightning.rollout.failures import RolloutFailureError
 from paw_lightning.rollout.samples import spread_indices
 from paw_lightning.scale import distributed
 
@@ -91,11 +92,16 @@ class FixedSetSettings:
 
 
 @contextlib.contextmanager
-def opened(env_factory):
-    """A new environment from ``env_factory`` in this process, closed after the block."""
+def opened(env_factory, purpose: str):
+    """A new environment from ``env_factory`` in this process, closed after the block. An
+    exception inside the block (the environment stepping in this process, with no pool to isolate
+    it) stops the run as a :class:`~paw_lightning.rollout.failures.RolloutFailureError` that says
+    what it was for (``purpose``) and gives the environment's error."""
     env = env_factory()
     try:
         yield env
+    except Exception as err:
+        raise RolloutFailureError(f"{purpose}: the environment failed: {type(err).__name__}: {err}") from err
     finally:
         if callable(getattr(env, "close", None)):
             env.close()
