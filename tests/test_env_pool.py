@@ -185,17 +185,21 @@ def test_env_timeout_needs_workers():
 
 
 @pytest.mark.slow
-def test_a_fit_survives_a_hanging_environment(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_fit_whose_environments_all_hang_stops_with_the_timeout(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """Every environment hangs at its first step: with data.env_timeout the silent worker is
-    replaced, every episode ends failed, and the fit still completes its epoch and logs it."""
+    replaced and every episode ends failed, so the rollout has nothing to train on and the fit
+    stops (paw_lightning.rollout.failures) with one line naming the timeout, exit 1, run FAILED."""
     from paw_lightning.cli import main
 
-    from helpers import ROOT, metric_history, mlflow_runs, tiny_args
+    from helpers import ROOT, mlflow_runs, tiny_args
 
     monkeypatch.chdir(tmp_path)
     vanilla = str(ROOT / "configs/objectives/vanilla.yaml")  # FaultyEnv declares no R_max for the adaptive λ
-    main(["fit", *tiny_args(tiny_model_dir, tmp_path, "-c", vanilla, "--trainer.max_epochs=1", f"--data.env={FAULTY}", "--data.env_kwargs={hang_at_step: 1}", "--data.evaluation.fixed=null",
-                            "--data.env_workers=1", "--data.env_timeout=3")])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *tiny_args(tiny_model_dir, tmp_path, "-c", vanilla, "--trainer.max_epochs=1", f"--data.env={FAULTY}", "--data.env_kwargs={hang_at_step: 1}", "--data.evaluation.fixed=null",
+                                "--data.env_workers=1", "--data.env_timeout=3")])
+    assert exit_info.value.code == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "episodes failed in the environment" in errors[0] and "timed out after 3s" in errors[0], errors
     client, (run,) = mlflow_runs(tmp_path)
-    assert metric_history(client, run, "train/episode/env_error_rate") == [1.0] and metric_history(client, run, "val/episode/env_error_rate") == [1.0]
-    assert run.info.status == "FINISHED"
+    assert run.info.status == "FAILED"

@@ -118,9 +118,12 @@ class PawCLI(LightningCLI):
         config = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
         check_finite(config)  # the input (paw_lightning.cli_checks), before the seed is set or anything is built
         check_declared_ranges(config)
-        if config.get("data") is not None:  # the environment's arguments, before the files they name are read
-            check_env_settings(config.data.env, config.data.env_kwargs, config.data.evaluation.get("env_kwargs"))
+        data = config.get("data")
+        if data is not None:  # the environment's arguments: their types, before the files they name are read
+            check_env_settings(data.env, data.env_kwargs, data.evaluation.get("env_kwargs"), build=False)
         check_input_files(config)
+        if data is not None:  # then the environment built with them (its own rules)
+            check_env_settings(data.env, data.env_kwargs, data.evaluation.get("env_kwargs"))
 
     def _instantiate_trainer(self, config: dict, callbacks: list):
         """The stages (``stages.*``, in :data:`~paw_lightning.callbacks.stages.STAGES` order) go

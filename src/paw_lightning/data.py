@@ -144,12 +144,14 @@ class EvaluationSettings:
     fixed: FixedSetSettings | None = field(default_factory=FixedSetSettings)
 
 
-def check_env_settings(env: str, env_kwargs: dict | None, evaluation_env_kwargs: dict | None) -> None:
+def check_env_settings(env: str, env_kwargs: dict | None, evaluation_env_kwargs: dict | None, build: bool = True) -> None:
     """``data.env``'s arguments for training (``data.env_kwargs``) and for validation and test
     (those overridden by ``data.evaluation.env_kwargs``), each error naming its key
-    (:func:`~paw_lightning.envs.check_env_config`). The CLI calls it while parsing, before the
-    input files are read; the data module again, for a module built in Python."""
-    check_env_config(env, [("data.env_kwargs", env_kwargs), ("data.evaluation.env_kwargs", evaluation_env_kwargs)])
+    (:func:`~paw_lightning.envs.check_env_config`; ``build``: also build a registered
+    environment with them). The CLI calls it while parsing: the types before the input files are
+    read (their checks name the file), the construction after; the data module again, for a
+    module built in Python."""
+    check_env_config(env, [("data.env_kwargs", env_kwargs), ("data.evaluation.env_kwargs", evaluation_env_kwargs)], build)
 
 
 class RolloutDataModule(LightningDataModule):

@@ -51,13 +51,14 @@ def resolve_env_class(name: str) -> type:
     return cls
 
 
-def check_env_config(name: str, layers: Sequence[tuple[str, dict | None]]) -> type:
+def check_env_config(name: str, layers: Sequence[tuple[str, dict | None]], build: bool = True) -> type:
     """The class of environment ``name``, after checking the keyword arguments that ``layers``
     give (``(config key, mapping)`` pairs merged in order, e.g. ``data.env_kwargs`` then
     ``data.evaluation.env_kwargs``; :func:`~paw_lightning.envs.arguments.check_env_arguments`):
-    a ``ValueError`` naming the key otherwise. A registered class is built once per layer."""
+    a ``ValueError`` naming the key otherwise. With ``build``, a registered class is also built
+    once per layer (its own rules)."""
     cls = resolve_env_class(name)
-    check_env_arguments(name, cls, layers, build=name in ENV_REGISTRY)
+    check_env_arguments(name, cls, layers, build=build and name in ENV_REGISTRY)
     return cls
 
 
