@@ -1,13 +1,14 @@
 """One MLflow SQLite store shared by three concurrent fits while one of them is killed with
 ``kill -9`` mid-epoch and resumed (what the learning benchmark's ``--jobs`` does to its store,
 plus a crash): every run's metrics and tags equal those of the same fit run alone in its own
-store, the store passes SQLite's integrity check, and no metric step is written twice except the
-killed epoch's redo, whose values agree."""
+store, the store passes SQLite's integrity check, and no metric step is written more often than
+alone except the killed epoch's redo, whose values agree."""
 from __future__ import annotations
 
 import sqlite3
 import subprocess
 import threading
+from collections import Counter
 
 import pytest
 
@@ -36,6 +37,11 @@ def run_state(uri: str, name: str) -> tuple[dict, dict[str, list[tuple[int, floa
 
 def last_values(history: dict[str, list[tuple[int, float]]]) -> dict[str, dict[int, float]]:
     return {key: dict(points) for key, points in history.items()}
+
+
+def writes(points: list[tuple[int, float]]) -> Counter:
+    """How many times each step was written."""
+    return Counter(step for step, _ in points)
 
 
 def comparable_tags(tags: dict) -> dict:
@@ -81,11 +87,11 @@ def test_three_fits_share_one_store_through_a_kill(tiny_model_dir, tmp_path, mon
         assert differences(reference, last_values(history), comparable_keys(reference)) == [], name
         assert comparable_tags(tags) == comparable_tags(ref_tags), name
         for key, points in history.items():
-            seen: dict[int, list[float]] = {}
-            for step, value in points:
-                seen.setdefault(step, []).append(value)
-            twice = {step: values for step, values in seen.items() if len(values) > 1}
+            extra = writes(points) - writes(ref_history.get(key, []))  # Lightning itself logs `epoch` twice a step
             if name != KILLED:
-                assert not twice, f"{name}: {key} written twice at steps {sorted(twice)}"
-            else:  # the killed epoch's steps, written again by the resume, with the same values
-                assert all(len(v) == 2 and v[0] == pytest.approx(v[1], rel=1e-5, abs=1e-6) for v in twice.values()), (key, twice)
+                assert not extra, f"{name}: {key} written more often than alone at steps {sorted(extra)}"
+            else:  # only the killed epoch's steps, written again by the resume, with the same values
+                values = {}
+                for step, value in points:
+                    values.setdefault(step, []).append(value)
+                assert all(max(values[s]) - min(values[s]) <= 1e-5 * max(1.0, abs(values[s][0])) for s in extra), (key, extra)
